@@ -1,0 +1,270 @@
+"""Builds the torch-free kernel library `libcudal2_kernels.so` from generated `kernels/<arch_dir>/<name>.cu` files.
+
+Used by `setup.py` (the kernels named by the tables plus the default set) and by the search's compile farm
+(candidate kernels). Objects are cached by a content hash of source, headers, flags and compiler, so a rebuild
+compiles only what changed and objects built on one machine (e.g. a CPU-only developer box with nvcc) can be
+carried to another.
+
+    python -m build_tools.kernel_lib --out cudal2_ops/libcudal2_kernels.so [--names NAME ...] [--archs 9.0a]
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import fnmatch
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KERNELS_DIR = REPO_ROOT / "kernels"
+INCLUDE_DIR = REPO_ROOT / "csrc" / "include"
+DEFAULT_SET_FILE = KERNELS_DIR / "default_set.txt"
+DEFAULT_CACHE_DIR = REPO_ROOT / "build" / "kernel_cache"
+DEFAULT_ARCHS = "8.0;9.0a"
+CUTLASS_PIN = "4.2.0.0"
+
+# ptxas warnings that mean a slow kernel (wgmma serialised across a function boundary): treated as build errors.
+FATAL_PTXAS_WARNINGS = ("C7510",)
+
+
+class KernelBuildError(RuntimeError):
+    """A kernel failed to compile or link; the message holds the compiler output."""
+
+
+def nvcc_path() -> str:
+    """The nvcc to use: $CUDA_HOME/bin/nvcc if set, else the one on PATH."""
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home and (Path(cuda_home) / "bin" / "nvcc").exists():
+        return str(Path(cuda_home) / "bin" / "nvcc")
+    found = shutil.which("nvcc")
+    if not found:
+        raise KernelBuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version() -> str:
+    """nvcc's version banner (part of every object's cache key)."""
+    return subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout
+
+
+def cutlass_include_dir() -> Path:
+    """CUTLASS/CuTe headers: $CUTLASS_DIR/include if set, else those of the PyPI package nvidia-cutlass."""
+    if os.environ.get("CUTLASS_DIR"):
+        return Path(os.environ["CUTLASS_DIR"]) / "include"
+    try:
+        import cutlass_library  # noqa: PLC0415 (optional dependency, only needed to build)
+    except ImportError as exc:
+        raise KernelBuildError(
+            f"CUTLASS headers not found: pip install nvidia-cutlass=={CUTLASS_PIN} (or set CUTLASS_DIR)") from exc
+    return Path(cutlass_library.__file__).resolve().parent / "source" / "include"
+
+
+def parse_arch_list(text: str | None) -> list[str]:
+    """Normalises a TORCH_CUDA_ARCH_LIST-style string ("8.0;9.0a", "8.0 9.0+PTX") to ["80", "90a"]."""
+    text = text or DEFAULT_ARCHS
+    archs = []
+    for item in re.split(r"[;\s,]+", text.strip()):
+        if not item:
+            continue
+        item = item.replace("+PTX", "")
+        if not re.fullmatch(r"\d+\.\d+a?", item):
+            raise ValueError(f"bad CUDA arch {item!r} in {text!r}; expected entries like 8.0 or 9.0a")
+        archs.append(item.replace(".", ""))
+    return sorted(set(archs))
+
+
+def gencode_flags(arch_dir: str, archs: list[str]) -> list[str]:
+    """nvcc -gencode flags for the kernels of `arch_dir` under the requested archs (empty: not built at all).
+
+    sm90 kernels need the arch-specific target sm_90a (TMA, WGMMA). sm80 kernels are built for sm_80 when any
+    8.x target is requested and for sm_90 when any 9.x target is.
+    """
+    majors = {a[0] for a in archs}
+    if arch_dir == "sm90":
+        return ["-gencode=arch=compute_90a,code=sm_90a"] if "9" in majors else []
+    if arch_dir == "sm80":
+        flags = []
+        if "8" in majors:
+            flags.append("-gencode=arch=compute_80,code=sm_80")
+        if "9" in majors:
+            flags.append("-gencode=arch=compute_90,code=sm_90")
+        return flags
+    raise ValueError(f"unknown kernel folder {arch_dir!r}")
+
+
+def library_archs(archs: list[str]) -> str:
+    """The targets a library built for `archs` holds code for, as recorded in the library ("80;90;90a")."""
+    built = set()
+    for arch_dir in ("sm80", "sm90"):
+        for flag in gencode_flags(arch_dir, archs):
+            built.add(flag.rsplit("sm_", 1)[1])
+    return ";".join(sorted(built))
+
+
+def common_flags() -> list[str]:
+    """Flags every kernel translation unit is compiled with."""
+    return ["-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xcompiler=-fPIC",
+            "-Xcompiler=-Wno-deprecated-declarations", "-I" + str(INCLUDE_DIR), "-I" + str(cutlass_include_dir()),
+            "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "--use_fast_math"]
+
+
+@functools.lru_cache(maxsize=None)
+def headers_digest() -> str:
+    """Hash of every header a kernel may include from this repository."""
+    h = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.rglob("*")):
+        if path.is_file():
+            h.update(path.relative_to(INCLUDE_DIR).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def object_key(source: Path, flags: list[str]) -> str:
+    """Content hash of one compile: source, repository headers, CUTLASS headers' version, flags, compiler."""
+    h = hashlib.sha256()
+    for part in (source.read_bytes(), headers_digest().encode(), str(cutlass_include_dir()).encode(),
+                 CUTLASS_PIN.encode(), " ".join(flags).encode(), nvcc_version().encode()):
+        h.update(part)
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def find_source(name: str) -> Path:
+    """The generated source of kernel `name` (searched in every kernels/<arch_dir>/)."""
+    hits = sorted(KERNELS_DIR.glob(f"*/{name}.cu"))
+    if not hits:
+        raise KernelBuildError(f"no source for kernel {name!r} under {KERNELS_DIR}/*/ (run python -m search.codegen)")
+    return hits[0]
+
+
+def table_kernel_names() -> set[str]:
+    """Kernel names referenced by the committed tables `kernels/<arch_dir>/*.json`."""
+    names: set[str] = set()
+    for path in KERNELS_DIR.glob("*/*.json"):
+        table = json.loads(path.read_text())
+        names.update(entry["kernel"] for entry in table.get("entries", {}).values())
+    return names
+
+
+def default_kernel_names() -> set[str]:
+    """Names in `kernels/default_set.txt` (the always-built set)."""
+    if not DEFAULT_SET_FILE.exists():
+        return set()
+    return {line.strip() for line in DEFAULT_SET_FILE.read_text().splitlines() if line.strip()}
+
+
+def select_kernel_names(patterns: str | None = None) -> list[str]:
+    """Tables' kernels plus the default set, filtered by `patterns` (CUDAL2_KERNELS: comma-separated wildcards)."""
+    names = table_kernel_names() | default_kernel_names()
+    if patterns:
+        wanted = [p.strip() for p in patterns.split(",") if p.strip()]
+        names = {n for n in names if any(fnmatch.fnmatchcase(n, p) for p in wanted)}
+    return sorted(names)
+
+
+def default_jobs() -> int:
+    """MAX_JOBS if set, else one job per core capped by memory (about 4 GiB per CUTLASS translation unit)."""
+    if os.environ.get("MAX_JOBS"):
+        return max(1, int(os.environ["MAX_JOBS"]))
+    cores = os.cpu_count() or 1
+    try:
+        mem_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemAvailable"))
+        by_mem = max(1, mem_kib // (4 * 1024 * 1024))
+    except (OSError, StopIteration, ValueError):
+        by_mem = cores
+    return max(1, min(cores, by_mem))
+
+
+def compile_object(source: Path, archs: list[str], cache_dir: Path) -> Path | None:
+    """Compiles one kernel source into a cached object; None when no requested arch applies to it."""
+    arch_flags = gencode_flags(source.parent.name, archs)
+    if not arch_flags:
+        return None
+    flags = common_flags() + arch_flags
+    obj = cache_dir / f"{source.stem}-{object_key(source, flags)}.o"
+    if obj.exists():
+        return obj
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
+    proc = subprocess.run([nvcc_path(), *flags, "-c", str(source), "-o", str(tmp)], capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    fatal = [w for w in FATAL_PTXAS_WARNINGS if w in log]
+    if proc.returncode != 0 or fatal:
+        tmp.unlink(missing_ok=True)
+        why = f"ptxas warning {fatal} (treated as an error)" if fatal else f"nvcc exit {proc.returncode}"
+        raise KernelBuildError(f"compiling {source.name} failed: {why}\n{log[-6000:]}")
+    tmp.replace(obj)
+    return obj
+
+
+def registry_source(names: list[str], archs: str) -> str:
+    """C++ source of the library's index: `cudal2_kernel_library` and `cudal2_kernel_library_archs`."""
+    decls = "".join(f'extern "C" const cudal2_kernel* cudal2_kernel_{n}(void);\n' for n in names)
+    calls = "".join(f"      cudal2_kernel_{n}(),\n" for n in names)
+    return (
+        "// Generated by build_tools/kernel_lib.py. Do not edit.\n"
+        '#include "cudal2/abi.h"\n'
+        f"{decls}"
+        'extern "C" const cudal2_kernel* const* cudal2_kernel_library(int* count) {\n'
+        f"  static const cudal2_kernel* const kernels[] = {{\n{calls}      nullptr}};\n"
+        f"  *count = {len(names)};\n"
+        "  return kernels;\n"
+        "}\n"
+        f'extern "C" const char* cudal2_kernel_library_archs(void) {{ return "{archs}"; }}\n'
+    )
+
+
+def build_library(names: list[str], out: Path, archs: list[str], cache_dir: Path = DEFAULT_CACHE_DIR,
+                  jobs: int | None = None, progress=print) -> list[str]:
+    """Compiles `names` for `archs` and links them into the shared library `out`; returns the names linked in.
+
+    Kernels whose folder has no requested arch are skipped. Raises KernelBuildError on any failure.
+    """
+    sources = [find_source(n) for n in names]
+    jobs = jobs or default_jobs()
+    objects: dict[str, Path] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(compile_object, src, archs, cache_dir): src.stem for src in sources}
+        for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+            obj = fut.result()
+            if obj is not None:
+                objects[futures[fut]] = obj
+            progress(f"[kernels {i}/{len(sources)}] {futures[fut]}{'' if obj else ' (no target arch, skipped)'}")
+    linked = sorted(objects)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        reg = Path(tmpdir) / "kernel_registry.cu"
+        reg.write_text(registry_source(linked, library_archs(archs)))
+        tmp_out = Path(tmpdir) / out.name
+        cmd = [nvcc_path(), "-shared", "-std=c++17", "-O2", "-Xcompiler=-fPIC", "-I" + str(INCLUDE_DIR),
+               "-cudart", "static", "-o", str(tmp_out), str(reg), *(str(objects[n]) for n in linked)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise KernelBuildError(f"linking {out.name} failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
+        shutil.copyfile(tmp_out, out)
+    return linked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Build the torch-free cudal2 kernel library.")
+    parser.add_argument("--out", type=Path, required=True, help="path of the shared library to write")
+    parser.add_argument("--names", nargs="*", help="kernel names (default: tables + default set, CUDAL2_KERNELS)")
+    parser.add_argument("--archs", default=os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS))
+    parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("CUDAL2_KERNEL_CACHE", DEFAULT_CACHE_DIR)))
+    parser.add_argument("--jobs", type=int, default=None)
+    args = parser.parse_args()
+    names = args.names if args.names else select_kernel_names(os.environ.get("CUDAL2_KERNELS"))
+    linked = build_library(names, args.out, parse_arch_list(args.archs), args.cache_dir, args.jobs)
+    print(f"linked {len(linked)} kernels into {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The kernel configuration: one frozen dataclass whose `name` is a kernel's whole identity.
+
+File names (`kernels/<arch_dir>/<name>.cu`), C symbols (`cudal2_kernel_<name>`), table entries and log lines all
+derive from `HgemmConfig.name`; nothing else spells a kernel name.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+FAMILIES = ("sm90_tma_ws", "sm80_cute", "decode")
+DTYPES = ("fp16", "bf16")
+LAYOUTS = ("nn", "nt")
+
+# Where each family's generated sources live, and which GPU architectures they are compiled for.
+ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80"}
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class HgemmConfig:
+    """Compile-time parameters of one kernel instantiation.
+
+    Fields a family does not use stay at their defaults and are left out of the name.
+    family: one of FAMILIES. dtype: "fp16" | "bf16". layout: "nn" (B is [K, N]) | "nt" (B is [N, K]).
+    tile_m/tile_n/tile_k: CTA tile. stages: pipeline depth (0 = the family's automatic choice).
+    cluster_m/cluster_n: thread-block cluster (sm90). schedule: "coop" | "pingpong" (sm90).
+    scheduler: "persistent" | "streamk" (sm90). warps: warps per CTA (sm80, decode).
+    """
+
+    family: str
+    dtype: str
+    layout: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int = 0
+    cluster_m: int = 1
+    cluster_n: int = 1
+    schedule: str = ""
+    scheduler: str = ""
+    warps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown family {self.family!r}; supported: {FAMILIES}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; supported: {DTYPES}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {self.layout!r}; supported: {LAYOUTS}")
+
+    @property
+    def name(self) -> str:
+        """The kernel's identity, e.g. `sm90_tma_ws_fp16_nt_128x256x64_s0_c1x2_coop_persistent`."""
+        parts = [self.family, self.dtype, self.layout, f"{self.tile_m}x{self.tile_n}x{self.tile_k}", f"s{self.stages}"]
+        if (self.cluster_m, self.cluster_n) != (1, 1) or self.family == "sm90_tma_ws":
+            parts.append(f"c{self.cluster_m}x{self.cluster_n}")
+        if self.warps:
+            parts.append(f"w{self.warps}")
+        if self.schedule:
+            parts.append(self.schedule)
+        if self.scheduler:
+            parts.append(self.scheduler)
+        return "_".join(parts)
+
+    @property
+    def arch_dir(self) -> str:
+        """The folder under `kernels/` that holds this kernel's generated source."""
+        return ARCH_DIR[self.family]
+
+    @classmethod
+    def from_name(cls, name: str) -> "HgemmConfig":
+        """Parses a name produced by `name` back into its config (inverse of `name`)."""
+        family = next((f for f in FAMILIES if name.startswith(f + "_")), None)
+        if family is None:
+            raise ValueError(f"kernel name {name!r} does not start with a known family {FAMILIES}")
+        rest = name[len(family) + 1:].split("_")
+        if len(rest) < 4:
+            raise ValueError(f"kernel name {name!r} is too short")
+        dtype, layout, tile, stages, *extras = rest
+        tm, tn, tk = (int(x) for x in tile.split("x"))
+        fields: dict = dict(family=family, dtype=dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk,
+                            stages=int(stages.lstrip("s")))
+        for token in extras:
+            if m := re.fullmatch(r"c(\d+)x(\d+)", token):
+                fields["cluster_m"], fields["cluster_n"] = int(m[1]), int(m[2])
+            elif m := re.fullmatch(r"w(\d+)", token):
+                fields["warps"] = int(m[1])
+            elif token in ("coop", "pingpong"):
+                fields["schedule"] = token
+            elif token in ("persistent", "streamk"):
+                fields["scheduler"] = token
+            else:
+                raise ValueError(f"kernel name {name!r}: unknown part {token!r}")
+        cfg = cls(**fields)
+        if cfg.name != name:
+            raise ValueError(f"kernel name {name!r} is not canonical (expected {cfg.name!r})")
+        return cfg

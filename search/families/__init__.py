@@ -1,0 +1,12 @@
+"""Kernel families. Each module exposes `render(cfg) -> str` (the generated `.cu` source), `feasible(cfg, arch) ->
+tuple[bool, str]` (pure: shared memory, registers, alignment, cluster limits) and `default_configs() ->
+list[HgemmConfig]` (the small always-built set)."""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def family_module(family: str) -> ModuleType:
+    """The module implementing `family` (e.g. `search.families.sm90_tma_ws`)."""
+    return importlib.import_module(f"search.families.{family}")
