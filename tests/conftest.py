@@ -1,4 +1,4 @@
-"""Shared pytest setup: the `gpu` marker (tests that need a CUDA device) is skipped where none is visible."""
+"""Shared pytest setup: tests under tests/gpu/ carry the `gpu` marker and are skipped where no CUDA GPU is visible."""
 from __future__ import annotations
 
 import pytest
@@ -10,9 +10,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
     skip = pytest.mark.skip(reason="no CUDA GPU visible")
     for item in items:
-        if "gpu" in item.keywords:
+        if "/tests/gpu/" in str(item.fspath):
+            item.add_marker(pytest.mark.gpu)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip)
