@@ -1,0 +1,204 @@
+// Kernel family `sm90_tma_ws`: CUTLASS 3.x GemmUniversal for sm_90a (TMA loads, WGMMA, warp-specialized
+// producer/consumer pipeline), exposed through the kernel C ABI of cudal2/abi.h.
+//
+// D[M, N] = A[M, K] @ op(B) (+ bias[N]) with fp32 accumulation, D in the input dtype. A and D are row-major. For the
+// NN layout B is [K, N] row-major (CUTLASS RowMajor B); for NT B is [N, K] row-major (CUTLASS ColumnMajor B).
+// The optional per-column bias is fused through the sm90 EVT `LinCombPerColBias`, whose bias leaf falls back to 0
+// when the bias pointer is null, so one instantiation serves calls with and without bias. There is no C operand.
+//
+// Runtime knobs of cudal2_problem for this family:
+//   raster  0 = CUTLASS heuristic, 1 = along M, 2 = along N (order in which output tiles are walked)
+//   swizzle max_swizzle_size of the tile scheduler (0 = 1, i.e. no swizzle)
+//   splits  stream-K scheduler only: 0 = heuristic decomposition, 1 = data parallel, s > 1 = split-K in s parts.
+//           Ignored by the persistent scheduler. Partial sums always go through the caller's workspace and are
+//           reduced in a fixed order (ReductionMode::Deterministic), so results are bitwise reproducible.
+//
+// Torch-free: kernel translation units include only this header and the CUTLASS/CuTe headers.
+#ifndef CUDAL2_SM90_TMA_WS_CUH_
+#define CUDAL2_SM90_TMA_WS_CUH_
+
+#include <atomic>
+#include <climits>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/bfloat16.h>
+#include <cutlass/half.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include "cudal2/kernel_export.h"
+
+namespace cudal2 {
+namespace sm90 {
+
+// Warp-specialized mainloop schedule: two consumer warpgroups sharing one tile (cooperative) or alternating tiles.
+enum class Schedule { kCooperative, kPingpong };
+// Tile scheduler: persistent data-parallel tiles, or stream-K (also split-K / data parallel by the `splits` knob).
+enum class TileScheduler { kPersistent, kStreamK };
+
+// TMA needs 16-byte aligned base pointers and 16-byte multiples for every non-unit stride.
+constexpr int kAlignElements = 8;
+constexpr size_t kAlignBytes = 16;
+
+// Mainloop and epilogue schedule tags of CUTLASS for our schedule.
+template <Schedule S>
+struct ScheduleTags {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+template <>
+struct ScheduleTags<Schedule::kPingpong> {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+// Multiprocessor count for the hardware info: the problem's, or the current device's, queried once per device.
+inline int sm_count_of(const cudal2_problem* p) {
+  if (p->sm_count > 0) return p->sm_count;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
+  int count = cached[device].load(std::memory_order_relaxed);
+  if (count == 0) {
+    count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+    cached[device].store(count, std::memory_order_relaxed);
+  }
+  return count;
+}
+
+// Maps the ABI raster knob to CUTLASS's option.
+inline cutlass::gemm::kernel::detail::RasterOrderOptions raster_of(int raster) {
+  using R = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  return raster == 1 ? R::AlongM : raster == 2 ? R::AlongN : R::Heuristic;
+}
+
+// One kernel of the family. `Stages` == 0 lets CUTLASS fill the shared memory left after the epilogue.
+template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
+          TileScheduler Sched_, int Stages>
+struct TmaWsGemm {
+  static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
+                "sm90_tma_ws supports fp16 and bf16");
+  static_assert(Layout == CUDAL2_NN || Layout == CUDAL2_NT, "unknown layout");
+  static_assert(Sched_ == TileScheduler::kPersistent || Sched == Schedule::kCooperative,
+                "CUTLASS's stream-K scheduler needs the cooperative schedule");
+
+  static constexpr int kDtype = std::is_same_v<Element, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
+
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = std::conditional_t<Layout == CUDAL2_NN, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+  using LayoutD = cutlass::layout::RowMajor;
+  using Accumulator = float;
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  using Tags = ScheduleTags<Sched>;
+  // D = 1 * acc + bias[n] (bias null -> 0), computed in fp32 and rounded to nearest once.
+  using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<Element, Accumulator, Element, Element, Accumulator>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
+      void, LayoutD, kAlignElements,  // no C operand
+      Element, LayoutD, kAlignElements, typename Tags::Epilogue, Fusion>::CollectiveOp;
+
+  using StageCount = std::conditional_t<
+      Stages == 0,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignElements, Element, LayoutB,
+      kAlignElements, Accumulator, TileShape, ClusterShape, StageCount, typename Tags::Mainloop>::CollectiveOp;
+
+  using SchedulerTag = std::conditional_t<Sched_ == TileScheduler::kStreamK, cutlass::gemm::StreamKScheduler,
+                                          cutlass::gemm::PersistentScheduler>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, SchedulerTag>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arguments = typename Gemm::Arguments;
+
+  // CUTLASS arguments for the problem (strides from the leading dimensions; batch count 1).
+  static Arguments arguments(const cudal2_problem* p) {
+    using cute::_1;
+    typename Kernel::StrideA stride_a = cute::make_stride(p->lda, _1{}, p->m * p->lda);
+    typename Kernel::StrideB stride_b;
+    if constexpr (Layout == CUDAL2_NN) {
+      stride_b = cute::make_stride(_1{}, p->ldb, p->k * p->ldb);
+    } else {
+      stride_b = cute::make_stride(p->ldb, _1{}, p->n * p->ldb);
+    }
+    typename Kernel::StrideD stride_d = cute::make_stride(p->ldd, _1{}, p->m * p->ldd);
+
+    Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k), 1};
+    args.mainloop = {static_cast<const Element*>(p->a), stride_a, static_cast<const Element*>(p->b), stride_b};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.thread.bias_ptr = static_cast<const Element*>(p->bias);
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = stride_d;
+    args.epilogue.ptr_D = static_cast<Element*>(p->d);
+    args.epilogue.dD = stride_d;
+    args.hw_info.device_id = 0;  // only read when sm_count is 0, which sm_count_of avoids
+    args.hw_info.sm_count = sm_count_of(p);
+    args.scheduler.max_swizzle_size = p->swizzle > 0 ? p->swizzle : 1;
+    args.scheduler.raster_order = raster_of(p->raster);
+    if constexpr (Sched_ == TileScheduler::kStreamK) {
+      using Decomposition = typename Kernel::TileScheduler::DecompositionMode;
+      args.scheduler.splits = p->splits > 1 ? p->splits : 1;
+      args.scheduler.decomposition_mode = p->splits > 1    ? Decomposition::SplitK
+                                          : p->splits == 1 ? Decomposition::DataParallel
+                                                           : Decomposition::Heuristic;
+      args.scheduler.reduction_mode = Kernel::TileScheduler::ReductionMode::Deterministic;
+    }
+    return args;
+  }
+
+  // ABI can_implement: common checks, TMA alignment, int32 extents, then CUTLASS's own can_implement.
+  static cudal2_status can_implement(const cudal2_problem* p) {
+    const cudal2_status common = check_common(p, kDtype, Layout);
+    if (common != CUDAL2_OK) return common;
+    if (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX) return CUDAL2_UNSUPPORTED;
+    if (p->splits < 0 || p->swizzle < 0 || p->raster < 0 || p->raster > 2) return CUDAL2_UNSUPPORTED;
+    if (!is_aligned(p->a, kAlignBytes) || !is_aligned(p->b, kAlignBytes) || !is_aligned(p->d, kAlignBytes))
+      return CUDAL2_UNSUPPORTED;
+    if (p->bias != nullptr && !is_aligned(p->bias, kAlignBytes)) return CUDAL2_UNSUPPORTED;
+    if (p->lda % kAlignElements || p->ldb % kAlignElements || p->ldd % kAlignElements) return CUDAL2_UNSUPPORTED;
+    if (sm_count_of(p) <= 0) return CUDAL2_UNSUPPORTED;
+    const Arguments args = arguments(p);
+    return Gemm::can_implement(args) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
+  }
+
+  // ABI workspace_size: what CUTLASS's kernel needs (stream-K partials and locks; 0 for most persistent runs).
+  static size_t workspace_size(const cudal2_problem* p) {
+    if (can_implement(p) != CUDAL2_OK) return 0;
+    return Gemm::get_workspace_size(arguments(p));
+  }
+
+  // ABI launch: builds the params (TMA descriptors) on the host and enqueues the kernel on p->stream.
+  static cudal2_status launch(const cudal2_problem* p) {
+    const cudal2_status ok = can_implement(p);
+    if (ok != CUDAL2_OK) return ok;
+    const Arguments args = arguments(p);
+    if (p->workspace_bytes < Gemm::get_workspace_size(args)) return CUDAL2_WORKSPACE_TOO_SMALL;
+    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+    Gemm gemm;
+    if (gemm.initialize(args, p->workspace, stream) != cutlass::Status::kSuccess) return CUDAL2_LAUNCH_FAILED;
+    // run() checks the launch with cudaGetLastError itself.
+    return gemm.run(stream) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
+  }
+};
+
+}  // namespace sm90
+}  // namespace cudal2
+
+#endif  // CUDAL2_SM90_TMA_WS_CUH_

@@ -1,0 +1,135 @@
+"""Family `sm90_tma_ws`: CUTLASS 3.x TMA + WGMMA warp-specialized GEMM for sm_90a (H100/H200).
+
+The template lives in `csrc/include/cudal2/sm90_tma_ws.cuh`; each config becomes one explicit instantiation.
+Config fields used: dtype, layout, tile_m/n/k, stages (0 = auto carve-out), cluster_m/n, schedule ("coop" |
+"pingpong"), scheduler ("persistent" | "streamk").
+"""
+from __future__ import annotations
+
+from search.config import HgemmConfig
+
+FAMILY = "sm90_tma_ws"
+ARCH = 90
+
+SMEM_BYTES = 227 * 1024          # opt-in shared memory per block on sm90
+ELEMENT_BYTES = 2                 # fp16 / bf16
+MAX_ACCUMULATORS_PER_THREAD = 128  # fp32 accumulators per consumer thread that fit the 255-register budget
+EPILOGUE_STAGES = 2               # CUTLASS's TMA store stages for D when there is no C operand
+BARRIER_BYTES = 1024              # pipeline barriers, tile-scheduler and bias bookkeeping (generous)
+
+SCHEDULES = {"coop": "kCooperative", "pingpong": "kPingpong"}
+SCHEDULERS = {"persistent": "kPersistent", "streamk": "kStreamK"}
+ELEMENTS = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+DTYPE_CODES = {"fp16": "CUDAL2_FP16", "bf16": "CUDAL2_BF16"}
+LAYOUT_CODES = {"nn": "CUDAL2_NN", "nt": "CUDAL2_NT"}
+TILE_M = {"coop": (128, 256), "pingpong": (64, 128)}  # coop splits M over 2 consumer warpgroups of 64 rows
+TILE_K = (32, 64, 128)
+CLUSTER_DIMS = (1, 2)
+
+
+def consumer_threads(schedule: str) -> int:
+    """Threads that hold accumulators for one tile: 2 warpgroups (coop) or 1 (pingpong)."""
+    return 256 if schedule == "coop" else 128
+
+
+def epilogue_tile(cfg: HgemmConfig) -> tuple[int, int]:
+    """CUTLASS's EpilogueTileAuto for 16-bit D: (min(128|64, tile_m), gcd-limited 32 columns)."""
+    rows = min(128 if cfg.schedule == "coop" else 64, cfg.tile_m)
+    cols = min(32, cfg.tile_n)
+    while cfg.tile_n % cols:
+        cols //= 2
+    return rows, cols
+
+
+def epilogue_smem_bytes(cfg: HgemmConfig) -> int:
+    """Shared memory of the epilogue: staged D tiles for the TMA store, the bias row, barriers."""
+    rows, cols = epilogue_tile(cfg)
+    return EPILOGUE_STAGES * rows * cols * ELEMENT_BYTES + cfg.tile_n * ELEMENT_BYTES + BARRIER_BYTES
+
+
+def stage_bytes(cfg: HgemmConfig) -> int:
+    """Shared memory of one mainloop stage (an A tile and a B tile)."""
+    return (cfg.tile_m + cfg.tile_n) * cfg.tile_k * ELEMENT_BYTES
+
+
+def auto_stages(cfg: HgemmConfig) -> int:
+    """Stages CUTLASS's StageCountAutoCarveout picks: whatever fits after the epilogue."""
+    return (SMEM_BYTES - epilogue_smem_bytes(cfg)) // stage_bytes(cfg)
+
+
+def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
+    """Whether `cfg` builds and runs on compute capability `arch`; (False, reason) otherwise. Pure."""
+    if cfg.family != FAMILY:
+        return False, f"family {cfg.family!r} is not {FAMILY}"
+    if arch != ARCH:
+        return False, f"sm_90a code runs on compute capability 90 only, not {arch}"
+    if cfg.schedule not in SCHEDULES:
+        return False, f"schedule must be one of {sorted(SCHEDULES)}, got {cfg.schedule!r}"
+    if cfg.scheduler not in SCHEDULERS:
+        return False, f"scheduler must be one of {sorted(SCHEDULERS)}, got {cfg.scheduler!r}"
+    if cfg.scheduler == "streamk" and cfg.schedule != "coop":
+        return False, "the stream-K scheduler needs the cooperative schedule"
+    if cfg.warps:
+        return False, "warps is fixed by the schedule (3 warpgroups coop / pingpong); leave it 0"
+    if cfg.tile_m not in TILE_M[cfg.schedule]:
+        return False, f"{cfg.schedule} needs tile_m in {TILE_M[cfg.schedule]}, got {cfg.tile_m}"
+    if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):
+        return False, f"tile_n must be a multiple of 16 in [16, 256] (WGMMA N), got {cfg.tile_n}"
+    if cfg.tile_k not in TILE_K:
+        return False, f"tile_k must be one of {TILE_K} for 16-bit inputs, got {cfg.tile_k}"
+    accumulators = cfg.tile_m * cfg.tile_n // consumer_threads(cfg.schedule)
+    if accumulators > MAX_ACCUMULATORS_PER_THREAD:
+        return False, f"{accumulators} fp32 accumulators per thread exceed {MAX_ACCUMULATORS_PER_THREAD} (spills)"
+    if cfg.cluster_m not in CLUSTER_DIMS or cfg.cluster_n not in CLUSTER_DIMS:
+        return False, f"cluster dims must be in {CLUSTER_DIMS}, got {cfg.cluster_m}x{cfg.cluster_n}"
+    if cfg.stages < 0 or cfg.stages == 1:
+        return False, f"stages must be 0 (auto) or >= 2, got {cfg.stages}"
+    stages = cfg.stages or auto_stages(cfg)
+    if stages < 2:
+        return False, f"only {stages} pipeline stage fits in shared memory"
+    smem = stages * stage_bytes(cfg) + epilogue_smem_bytes(cfg)
+    if smem > SMEM_BYTES:
+        return False, f"shared memory {smem} B for {stages} stages exceeds {SMEM_BYTES} B"
+    return True, ""
+
+
+def gemm_type(cfg: HgemmConfig) -> str:
+    """The C++ type of the instantiation for `cfg`."""
+    return (f"cudal2::sm90::TmaWsGemm<{ELEMENTS[cfg.dtype]}, {LAYOUT_CODES[cfg.layout]}, "
+            f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.cluster_m}, {cfg.cluster_n}, "
+            f"cudal2::sm90::Schedule::{SCHEDULES[cfg.schedule]}, "
+            f"cudal2::sm90::TileScheduler::{SCHEDULERS[cfg.scheduler]}, {cfg.stages}>")
+
+
+def render(cfg: HgemmConfig) -> str:
+    """The `.cu` source of one kernel: the explicit instantiation and its C ABI export."""
+    ok, why = feasible(cfg, ARCH)
+    if not ok:
+        raise ValueError(f"{cfg.name} is not feasible: {why}")
+    return (
+        '#include "cudal2/sm90_tma_ws.cuh"\n'
+        "\n"
+        f"template struct {gemm_type(cfg)};\n"
+        f"using Gemm = {gemm_type(cfg)};\n"
+        "\n"
+        f'CUDAL2_EXPORT_KERNEL({cfg.name}, "{FAMILY}", 90, 90, {DTYPE_CODES[cfg.dtype]}, {LAYOUT_CODES[cfg.layout]}, 1,\n'
+        "                     Gemm::can_implement, Gemm::workspace_size, Gemm::launch)\n"
+    )
+
+
+def _config(dtype: str, layout: str, tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str,
+            scheduler: str) -> HgemmConfig:
+    return HgemmConfig(FAMILY, dtype, layout, *tile, stages=0, cluster_m=cluster[0], cluster_n=cluster[1],
+                       schedule=schedule, scheduler=scheduler)
+
+
+def default_configs() -> list[HgemmConfig]:
+    """The always-built set (10 kernels): a large-tile cooperative kernel for every dtype and layout, plus a
+    stream-K kernel (tail-heavy and small-MN/large-K shapes) and a pingpong kernel (small M) for each dtype on the
+    nn.Linear layout and for fp16 on the matmul layout."""
+    configs = [_config(dt, lay, (128, 256, 64), (2, 1), "coop", "persistent")
+               for dt in ("fp16", "bf16") for lay in ("nn", "nt")]
+    for dt, lay in (("fp16", "nt"), ("bf16", "nt"), ("fp16", "nn")):
+        configs.append(_config(dt, lay, (128, 128, 64), (1, 1), "coop", "streamk"))
+        configs.append(_config(dt, lay, (64, 128, 64), (1, 1), "pingpong", "persistent"))
+    return configs
