@@ -1,0 +1,116 @@
+// Host side of the decode GEMM family: the kernel C ABI (can_implement, workspace_size, launch) of one
+// instantiation of decode_gemm_kernel, and the export macro used by generated `kernels/sm80/decode_*.cu` files.
+//
+// Runtime knobs: `splits` = split-K parts (0 = automatic: enough CTAs for one resident wave on p->sm_count SMs,
+// clamped to the number of K tiles); `swizzle` and `raster` are ignored.
+// Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
+// A and B 16-byte aligned with lda, ldb multiples of 8 elements. D and bias have no alignment requirement.
+#ifndef CUDAL2_DECODE_GEMM_CUH_
+#define CUDAL2_DECODE_GEMM_CUH_
+
+#include <climits>
+#include <type_traits>
+
+#include "cudal2/decode_kernel.cuh"
+#include "cudal2/kernel_export.h"
+
+namespace cudal2 {
+namespace decode {
+
+template <class T, class Tr>
+struct DecodeGemm {
+  static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value, "fp16 or bf16 only");
+  static constexpr int kDtype = std::is_same<T, __half>::value ? CUDAL2_FP16 : CUDAL2_BF16;
+  static constexpr int kLayout = Tr::kNT ? CUDAL2_NT : CUDAL2_NN;
+  static constexpr size_t kCounterAlign = 256;
+
+  // CUDAL2_OK when launch() runs `p` correctly.
+  static cudal2_status can_implement(const cudal2_problem* p) {
+    const cudal2_status common = check_common(p, kDtype, kLayout);
+    if (common != CUDAL2_OK) return common;
+    if (p->m > Tr::kTileM || p->k % 8 != 0 || (!Tr::kNT && p->n % 8 != 0)) return CUDAL2_UNSUPPORTED;
+    if (p->lda % 8 != 0 || p->ldb % 8 != 0 || !is_aligned(p->a, 16) || !is_aligned(p->b, 16)) return CUDAL2_UNSUPPORTED;
+    // 32-bit tile indices; M * N partial offsets fit in 32 bits.
+    if (p->n > INT_MAX / 64 || p->k > INT_MAX - Tr::kTileK) return CUDAL2_UNSUPPORTED;
+    return CUDAL2_OK;
+  }
+
+  // Split-K parts for `p`: the requested or automatic count, rebalanced so that every part has the same number of
+  // K tiles (the last one possibly fewer) and none is empty.
+  static int splits(const cudal2_problem* p) {
+    const int n_tiles = ceil_div(static_cast<int>(p->n), Tr::kTileN);
+    const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
+    int s = p->splits;
+    if (s <= 0) s = max_int(1, max_int(1, p->sm_count) * Tr::kCtasPerSm / n_tiles);
+    s = max_int(1, min_int(min_int(s, k_tiles), 65535));
+    return ceil_div(k_tiles, ceil_div(k_tiles, s));
+  }
+
+  // Byte offset of the split-K counters in the workspace (after the fp32 partials).
+  static size_t counters_offset(const cudal2_problem* p, int s) {
+    const size_t partial_bytes = static_cast<size_t>(s) * p->m * p->n * sizeof(float);
+    return (partial_bytes + kCounterAlign - 1) / kCounterAlign * kCounterAlign;
+  }
+
+  // Workspace bytes: none without split-K, else the fp32 partials plus one counter per N tile.
+  static size_t workspace_size(const cudal2_problem* p) {
+    if (can_implement(p) != CUDAL2_OK) return 0;
+    const int s = splits(p);
+    if (s == 1) return 0;
+    return counters_offset(p, s) + ceil_div(static_cast<int>(p->n), Tr::kTileN) * sizeof(int);
+  }
+
+  // Enqueues the GEMM (and, with split-K, the zeroing of its counters) on p->stream.
+  static cudal2_status launch(const cudal2_problem* p) {
+    const cudal2_status ok = can_implement(p);
+    if (ok != CUDAL2_OK) return ok;
+    const int s = splits(p);
+    const size_t need = workspace_size(p);
+    if (need > 0 && (p->workspace == nullptr || p->workspace_bytes < need)) return CUDAL2_WORKSPACE_TOO_SMALL;
+    const int n_tiles = ceil_div(static_cast<int>(p->n), Tr::kTileN);
+    const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
+    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+
+    Params<T> args;
+    args.a = static_cast<const T*>(p->a);
+    args.b = static_cast<const T*>(p->b);
+    args.d = static_cast<T*>(p->d);
+    args.bias = static_cast<const T*>(p->bias);
+    args.partials = static_cast<float*>(p->workspace);
+    args.counters = s > 1 ? reinterpret_cast<int*>(static_cast<char*>(p->workspace) + counters_offset(p, s)) : nullptr;
+    args.m = static_cast<int>(p->m);
+    args.n = static_cast<int>(p->n);
+    args.k = static_cast<int>(p->k);
+    args.lda = p->lda;
+    args.ldb = p->ldb;
+    args.ldd = p->ldd;
+    args.splits = s;
+    args.tiles_per_split = ceil_div(k_tiles, s);
+
+    if (s > 1) {
+      const cudaError_t err = cudaMemsetAsync(args.counters, 0, n_tiles * sizeof(int), stream);
+      if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
+    }
+    auto kernel = decode_gemm_kernel<T, Tr>;
+    if (Tr::kSmemBytes > 48 * 1024) {
+      const cudaError_t err =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+      if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
+    }
+    kernel<<<dim3(n_tiles, s), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
+    return launch_status(cudaGetLastError());
+  }
+};
+
+}  // namespace decode
+}  // namespace cudal2
+
+// Exports kernel NAME as DecodeGemm<T, Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>> (T: __half or
+// __nv_bfloat16; NT: true for B [N, K], false for B [K, N]).
+#define CUDAL2_DECODE_KERNEL(NAME, T, NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS)                                   \
+  using NAME##_impl =                                                                                              \
+      cudal2::decode::DecodeGemm<T, cudal2::decode::Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>>;           \
+  CUDAL2_EXPORT_KERNEL(NAME, "decode", 80, 90, NAME##_impl::kDtype, NAME##_impl::kLayout, 1,                        \
+                       &NAME##_impl::can_implement, &NAME##_impl::workspace_size, &NAME##_impl::launch)
+
+#endif  // CUDAL2_DECODE_GEMM_CUH_

@@ -1,0 +1,234 @@
+// Device side of the decode GEMM family: D[M, N] = A[M, K] @ op(B) (+ bias) for small M (<= kTileM <= 64).
+//
+// The GEMM is computed transposed, D^T = W @ A^T, so the weight W (B, [N, K] for NT or [K, N] for NN) is the
+// 16-row operand of mma.sync m16n8k16 and the small M is the 8-wide side. Each CTA owns kTileN rows of W and one
+// K range (split-K across blockIdx.y). W and A tiles stream through a kStages-deep cp.async pipeline in shared
+// memory (padded rows: conflict-free ldmatrix); warps split the CTA tile as kWarpsN x kWarpsK and the kWarpsK
+// partial sums are added in a fixed order through shared memory. With several splits, each CTA writes its fp32
+// partial tile to the workspace and the last CTA to arrive for an N tile (atomic counter, zeroed by the launcher)
+// sums the partials in split order: results are bitwise deterministic.
+#ifndef CUDAL2_DECODE_KERNEL_CUH_
+#define CUDAL2_DECODE_KERNEL_CUH_
+
+#include "cudal2/decode_ptx.cuh"
+
+namespace cudal2 {
+namespace decode {
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
+
+// Compile-time shape of one instantiation; shared by the kernel and its host launcher.
+template <bool kNT_, int kTileM_, int kTileN_, int kTileK_, int kStages_, int kWarps_>
+struct Traits {
+  static constexpr bool kNT = kNT_;
+  static constexpr int kTileM = kTileM_, kTileN = kTileN_, kTileK = kTileK_, kStages = kStages_;
+  static constexpr int kWarps = kWarps_, kThreads = kWarps * 32;
+  static constexpr int kWarpsN = min_int(kWarps, kTileN / 16);  // warps side by side along N
+  static constexpr int kWarpsK = kWarps / kWarpsN;               // warps splitting each K tile
+  static constexpr int kRowTiles = kTileN / 16 / kWarpsN;        // 16-row mma tiles per warp
+  static constexpr int kMTiles = kTileM / 8;                     // 8-wide mma tiles along M
+  static constexpr int kKSteps = kTileK / 16;                    // k16 steps per K tile
+  // Shared-memory tiles: W as [kTileN][kTileK] (NT) or [kTileK][kTileN] (NN), A as [kTileM][kTileK]; each row
+  // padded by 16 bytes so that the 8 row addresses of an ldmatrix hit distinct bank groups.
+  static constexpr int kWRows = kNT ? kTileN : kTileK;
+  static constexpr int kWCols = kNT ? kTileK : kTileN;
+  static constexpr int kWPitch = kWCols + 8;
+  static constexpr int kXPitch = kTileK + 8;
+  static constexpr int kStageElems = kWRows * kWPitch + kTileM * kXPitch;
+  static constexpr int kPipeBytes = kStages * kStageElems * 2;
+  static constexpr int kReduceBytes = (kWarpsK - 1) * kTileN * kTileM * 4;
+  static constexpr int kSmemBytes = max_int(kPipeBytes, kReduceBytes);
+  // Resident CTAs per SM on sm_90 (227 KiB of shared memory, 2048 threads): used to size the automatic split-K.
+  static constexpr int kCtasPerSm = max_int(1, min_int(232448 / (kSmemBytes + 1024), 2048 / kThreads));
+
+  static_assert(kTileM % 8 == 0 && kTileM >= 8 && kTileM <= 64, "tile_m must be 8, 16, ..., 64");
+  static_assert(kTileN % 16 == 0 && kTileK % 16 == 0, "tile_n and tile_k must be multiples of 16");
+  static_assert(kWarps % kWarpsN == 0 && (kTileN / 16) % kWarpsN == 0, "warps must divide or be a multiple of tile_n/16");
+  static_assert(kKSteps % kWarpsK == 0, "warps along K must divide tile_k/16");
+  static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
+};
+
+// Runtime arguments of one launch.
+template <class T>
+struct Params {
+  const T* a;       // [M, K], row stride lda
+  const T* b;       // NT: [N, K] (ldb); NN: [K, N] (ldb)
+  T* d;             // [M, N], row stride ldd
+  const T* bias;    // [N] or nullptr
+  float* partials;  // [splits][M][N] fp32 (splits > 1)
+  int* counters;    // [N tiles], zero on entry (splits > 1)
+  int m, n, k;
+  long long lda, ldb, ldd;
+  int splits, tiles_per_split;
+};
+
+// Issues the cp.async copies of K tile `tile` (absolute index) into pipeline stage buffer `stage_smem`.
+template <class T, class Tr>
+__device__ __forceinline__ void load_tile(const Params<T>& p, T* stage_smem, int n0, int tile, int x_rows) {
+  const int k0 = tile * Tr::kTileK;
+  constexpr int kWChunkCols = Tr::kWCols / 8, kWChunks = Tr::kWRows * kWChunkCols;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kWChunks, Tr::kThreads); ++i) {
+    const int c = threadIdx.x + i * Tr::kThreads;
+    if (kWChunks % Tr::kThreads == 0 || c < kWChunks) {
+      const int r = c / kWChunkCols, col = (c % kWChunkCols) * 8;
+      const int gr = Tr::kNT ? n0 + r : k0 + r, gc = Tr::kNT ? k0 + col : n0 + col;
+      const bool ok = Tr::kNT ? (gr < p.n && gc < p.k) : (gr < p.k && gc < p.n);
+      const T* src = ok ? p.b + gr * p.ldb + gc : p.b;
+      cp_async_16(smem_addr(stage_smem + r * Tr::kWPitch + col), src, ok);
+    }
+  }
+  T* x_smem = stage_smem + Tr::kWRows * Tr::kWPitch;
+  constexpr int kXChunkCols = Tr::kTileK / 8, kXChunks = Tr::kTileM * kXChunkCols;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kXChunks, Tr::kThreads); ++i) {
+    const int c = threadIdx.x + i * Tr::kThreads;
+    const int r = c / kXChunkCols, col = (c % kXChunkCols) * 8;
+    if (r < x_rows) {  // rows of inactive M tiles are never read
+      const bool ok = r < p.m && k0 + col < p.k;
+      const T* src = ok ? p.a + r * p.lda + k0 + col : p.a;
+      cp_async_16(smem_addr(x_smem + r * Tr::kXPitch + col), src, ok);
+    }
+  }
+}
+
+// Accumulates one K tile held in `stage_smem` into acc (this warp's rows, its share of the k16 steps).
+template <class T, class Tr>
+__device__ __forceinline__ void mma_tile(const T* stage_smem, float (&acc)[Tr::kRowTiles][Tr::kMTiles][4], int wn,
+                                         int wk, int m_tiles) {
+  const int lane = threadIdx.x & 31;
+  const T* x_smem = stage_smem + Tr::kWRows * Tr::kWPitch;
+#pragma unroll
+  for (int s = 0; s < Tr::kKSteps / Tr::kWarpsK; ++s) {
+    const int ks = (s * Tr::kWarpsK + wk) * 16;
+    uint32_t a[Tr::kRowTiles][4];
+#pragma unroll
+    for (int rt = 0; rt < Tr::kRowTiles; ++rt) {
+      const int row0 = (wn * Tr::kRowTiles + rt) * 16;
+      if (Tr::kNT) {  // W stored [n][k]: matrices (rows 0-7|8-15) x (k 0-7|8-15)
+        const int r = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks + (lane >> 4) * 8;
+        ldmatrix_x4(a[rt], smem_addr(stage_smem + r * Tr::kWPitch + c));
+      } else {  // W stored [k][n]: transposed loads give the same fragments
+        const int r = ks + (lane & 7) + (lane >> 4) * 8, c = row0 + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4_trans(a[rt], smem_addr(stage_smem + r * Tr::kWPitch + c));
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < Tr::kMTiles; ++mt) {
+      if (mt < m_tiles) {
+        uint32_t b[2];
+        const int r = mt * 8 + (lane & 7), c = ks + ((lane >> 3) & 1) * 8;
+        ldmatrix_x2(b, smem_addr(x_smem + r * Tr::kXPitch + c));
+#pragma unroll
+        for (int rt = 0; rt < Tr::kRowTiles; ++rt) mma_16816<T>(acc[rt][mt], a[rt], b);
+      }
+    }
+  }
+}
+
+// Adds the accumulators of warps wk > 0 into those of warp wk == 0 (same wn), in increasing wk order.
+template <class Tr>
+__device__ __forceinline__ void reduce_warps_k(float (&acc)[Tr::kRowTiles][Tr::kMTiles][4], float* scratch, int wn,
+                                               int wk) {
+  if (Tr::kWarpsK == 1) return;
+  const int lane = threadIdx.x & 31;
+  constexpr int kPerWarp = Tr::kRowTiles * Tr::kMTiles * 4;
+  auto slot = [&](int w, int i) { return ((w * Tr::kWarpsN + wn) * kPerWarp + i) * 32 + lane; };
+  if (wk > 0) {
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) scratch[slot(wk - 1, i)] = (&acc[0][0][0])[i];
+  }
+  __syncthreads();
+  if (wk == 0) {
+    for (int w = 0; w < Tr::kWarpsK - 1; ++w) {
+#pragma unroll
+      for (int i = 0; i < kPerWarp; ++i) (&acc[0][0][0])[i] += scratch[slot(w, i)];
+    }
+  }
+}
+
+// Calls f(m, n, value) for every accumulator element of this warp that lies inside the problem.
+template <class Tr, class F>
+__device__ __forceinline__ void for_each_output(const float (&acc)[Tr::kRowTiles][Tr::kMTiles][4], int m, int n,
+                                                int n0, int wn, F&& f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int rt = 0; rt < Tr::kRowTiles; ++rt) {
+#pragma unroll
+    for (int mt = 0; mt < Tr::kMTiles; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // mma C fragment: (row g | g+8) x (col 2q | 2q+1), rows = n, cols = m
+        const int row = n0 + (wn * Tr::kRowTiles + rt) * 16 + g + (j >> 1) * 8;
+        const int col = mt * 8 + 2 * q + (j & 1);
+        if (col < m && row < n) f(col, row, acc[rt][mt][j]);
+      }
+    }
+  }
+}
+
+// Writes out[m][n] = value + bias[n] in the element type.
+template <class T>
+__device__ __forceinline__ void store_output(const Params<T>& p, int m, int n, float value) {
+  if (p.bias != nullptr) value += to_float(p.bias[n]);
+  p.d[m * p.ldd + n] = from_float<T>(value);
+}
+
+template <class T, class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<T> p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* smem = reinterpret_cast<T*>(smem_raw);
+  const int warp = threadIdx.x >> 5, wn = warp % Tr::kWarpsN, wk = warp / Tr::kWarpsN;
+  const int n0 = blockIdx.x * Tr::kTileN;
+  const int split = blockIdx.y;
+  const int tile_begin = split * p.tiles_per_split;
+  const int num_tiles = min_int(ceil_div(p.k, Tr::kTileK) - tile_begin, p.tiles_per_split);  // >= 1 (host)
+  const int m_tiles = ceil_div(p.m, 8);
+
+  float acc[Tr::kRowTiles][Tr::kMTiles][4] = {};
+#pragma unroll
+  for (int s = 0; s < Tr::kStages - 1; ++s) {
+    if (s < num_tiles) load_tile<T, Tr>(p, smem + s * Tr::kStageElems, n0, tile_begin + s, m_tiles * 8);
+    cp_async_commit();
+  }
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait<Tr::kStages - 2>();
+    __syncthreads();  // tile t landed for every thread; stage (t - 1) % kStages is free again
+    const int next = t + Tr::kStages - 1;
+    if (next < num_tiles)
+      load_tile<T, Tr>(p, smem + (next % Tr::kStages) * Tr::kStageElems, n0, tile_begin + next, m_tiles * 8);
+    cp_async_commit();
+    mma_tile<T, Tr>(smem + (t % Tr::kStages) * Tr::kStageElems, acc, wn, wk, m_tiles);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // pipeline buffers are reused as reduction scratch
+  reduce_warps_k<Tr>(acc, reinterpret_cast<float*>(smem_raw), wn, wk);
+
+  if (p.splits == 1) {
+    if (wk == 0) for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { store_output(p, m, n, v); });
+    return;
+  }
+  const long long plane = static_cast<long long>(p.m) * p.n;
+  if (wk == 0) {
+    float* mine = p.partials + split * plane;
+    for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { mine[static_cast<long long>(m) * p.n + n] = v; });
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ int is_last;
+  if (threadIdx.x == 0) is_last = atomicAdd(p.counters + blockIdx.x, 1) == p.splits - 1;
+  __syncthreads();
+  if (!is_last || wk != 0) return;
+  __threadfence();
+  for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float) {
+    float sum = 0.f;
+    for (int s = 0; s < p.splits; ++s) sum += __ldcg(p.partials + s * plane + static_cast<long long>(m) * p.n + n);
+    store_output(p, m, n, sum);
+  });
+}
+
+}  // namespace decode
+}  // namespace cudal2
+
+#endif  // CUDAL2_DECODE_KERNEL_CUH_

@@ -1,0 +1,104 @@
+"""Family `decode`: memory-bound GEMM for LLM decode shapes (M <= 64), sm_80 to sm_90.
+
+The template lives in `csrc/include/cudal2/decode_gemm.cuh` (host ABI) and `decode_kernel.cuh` (device): the
+weight streams through a cp.async pipeline as the 16-row operand of mma.sync m16n8k16 (fp32 accumulation), the
+small M is the 8-wide side, and split-K across CTAs (runtime `splits`, 0 = automatic) keeps every SM busy.
+Config fields used: dtype, layout, tile_m (largest M handled: 8..64), tile_n (weight rows per CTA), tile_k (K per
+pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile).
+"""
+from __future__ import annotations
+
+from search.config import HgemmConfig
+
+FAMILY = "decode"
+SM_MIN, SM_MAX = 80, 90
+ELEMENT_BYTES = 2
+ROW_PAD = 8                       # elements of padding per shared-memory row (16 bytes)
+TILE_M = (8, 16, 32, 64)
+TILE_K = (32, 64, 128, 256)
+WARPS = (1, 2, 4, 8, 16)
+MAX_STAGES = 8
+MAX_REGISTERS = 255
+BASE_REGISTERS = 48               # addresses, loop state, predicates (generous estimate)
+ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
+LAYOUT_NT = {"nt": "true", "nn": "false"}
+
+
+def smem_limit(arch: int) -> int:
+    """Opt-in shared memory per block (bytes) on compute capability `arch`."""
+    return {80: 163 * 1024, 87: 163 * 1024, 90: 227 * 1024}.get(arch, 99 * 1024)
+
+
+def warp_grid(cfg: HgemmConfig) -> tuple[int, int, int]:
+    """(warps_n, warps_k, row tiles per warp), as `Traits` in decode_kernel.cuh derives them."""
+    warps_n = min(cfg.warps, cfg.tile_n // 16)
+    return warps_n, cfg.warps // warps_n, cfg.tile_n // 16 // warps_n
+
+
+def smem_bytes(cfg: HgemmConfig) -> int:
+    """Dynamic shared memory of one CTA: the padded pipeline stages, or the cross-warp reduction if larger."""
+    w_rows, w_cols = (cfg.tile_n, cfg.tile_k) if cfg.layout == "nt" else (cfg.tile_k, cfg.tile_n)
+    stage = (w_rows * (w_cols + ROW_PAD) + cfg.tile_m * (cfg.tile_k + ROW_PAD)) * ELEMENT_BYTES
+    _, warps_k, _ = warp_grid(cfg)
+    return max(cfg.stages * stage, (warps_k - 1) * cfg.tile_n * cfg.tile_m * 4)
+
+
+def registers(cfg: HgemmConfig) -> int:
+    """Estimated registers per thread: accumulators + A and B fragments + bookkeeping."""
+    _, _, row_tiles = warp_grid(cfg)
+    return row_tiles * (cfg.tile_m // 8) * 4 + row_tiles * 4 + 2 + BASE_REGISTERS
+
+
+def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
+    """Whether `cfg` builds and runs on compute capability `arch`; (False, reason) otherwise. Pure."""
+    if cfg.family != FAMILY:
+        return False, f"family {cfg.family!r} is not {FAMILY}"
+    if not SM_MIN <= arch <= SM_MAX:
+        return False, f"decode kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler:
+        return False, "clusters, schedule and scheduler are sm90_tma_ws fields; leave them at their defaults"
+    if cfg.tile_m not in TILE_M:
+        return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"
+    if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):
+        return False, f"tile_n must be a multiple of 16 in [16, 256], got {cfg.tile_n}"
+    if cfg.tile_k not in TILE_K:
+        return False, f"tile_k must be one of {TILE_K}, got {cfg.tile_k}"
+    if not 2 <= cfg.stages <= MAX_STAGES:
+        return False, f"stages must be in [2, {MAX_STAGES}], got {cfg.stages}"
+    if cfg.warps not in WARPS:
+        return False, f"warps must be one of {WARPS}, got {cfg.warps}"
+    row_tiles16 = cfg.tile_n // 16
+    if cfg.warps % row_tiles16 and row_tiles16 % cfg.warps:
+        return False, f"warps ({cfg.warps}) must divide or be a multiple of tile_n/16 ({row_tiles16})"
+    _, warps_k, _ = warp_grid(cfg)
+    if (cfg.tile_k // 16) % warps_k:
+        return False, f"warps along K ({warps_k}) must divide tile_k/16 ({cfg.tile_k // 16})"
+    if smem_bytes(cfg) > smem_limit(arch):
+        return False, f"shared memory {smem_bytes(cfg)} B exceeds {smem_limit(arch)} B on sm_{arch}"
+    if registers(cfg) > MAX_REGISTERS:
+        return False, f"estimated {registers(cfg)} registers per thread exceed {MAX_REGISTERS}"
+    return True, ""
+
+
+def render(cfg: HgemmConfig) -> str:
+    """The `.cu` body instantiating `cfg` (codegen prepends the generated-file header)."""
+    return (
+        '#include "cudal2/decode_gemm.cuh"\n\n'
+        f"CUDAL2_DECODE_KERNEL({cfg.name}, {ELEMENTS[cfg.dtype]}, {LAYOUT_NT[cfg.layout]}, {cfg.tile_m}, "
+        f"{cfg.tile_n}, {cfg.tile_k}, {cfg.stages}, {cfg.warps})\n"
+    )
+
+
+def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stages: int, warps: int) -> HgemmConfig:
+    return HgemmConfig(FAMILY, dtype, layout, tile_m, tile_n, tile_k, stages=stages, warps=warps)
+
+
+def default_configs() -> list[HgemmConfig]:
+    """The always-built set: NT (nn.Linear) for M <= 8/16/32/64 and NN for M <= 16/64, fp16 and bf16."""
+    shapes = {  # tile_m -> (tile_n, tile_k, stages, warps); every one feasible on sm_80 and sm_90
+        8: (64, 128, 4, 4), 16: (64, 128, 4, 4), 32: (64, 128, 4, 4), 64: (128, 128, 3, 8)}
+    configs = []
+    for dtype in ("fp16", "bf16"):
+        for layout, tile_ms in (("nt", (8, 16, 32, 64)), ("nn", (16, 64))):
+            configs.extend(_config(dtype, layout, m, *shapes[m]) for m in tile_ms)
+    return configs
