@@ -1,0 +1,134 @@
+"""CPU tests of the `sm90_tma_ws` family: feasibility rules, rendering, names, and one real sm_90a compile."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from search import codegen
+from search.config import HgemmConfig
+from search.families import sm90_tma_ws as fam
+
+BASE = HgemmConfig("sm90_tma_ws", "fp16", "nt", 128, 256, 64, stages=0, cluster_m=2, cluster_n=1, schedule="coop",
+                   scheduler="persistent")
+
+
+def variant(**changes) -> HgemmConfig:
+    return dataclasses.replace(BASE, **changes)
+
+
+@pytest.mark.parametrize("cfg", fam.default_configs(), ids=lambda c: c.name)
+def test_defaults_feasible(cfg: HgemmConfig) -> None:
+    assert fam.feasible(cfg, 90) == (True, "")
+
+
+@pytest.mark.parametrize("cfg", [
+    variant(tile_m=256, tile_n=128),
+    variant(tile_m=128, tile_n=128, tile_k=128, stages=3),
+    variant(tile_m=64, tile_n=256, schedule="pingpong"),
+    variant(tile_m=128, tile_n=128, schedule="pingpong", cluster_m=1, cluster_n=2),
+    variant(tile_n=112, scheduler="streamk", cluster_m=1),
+    variant(tile_k=32, stages=6),
+    variant(tile_m=128, tile_n=16, cluster_m=2, cluster_n=2),
+], ids=lambda c: c.name)
+def test_accepts_good(cfg: HgemmConfig) -> None:
+    assert fam.feasible(cfg, 90) == (True, "")
+
+
+@pytest.mark.parametrize("cfg, arch, why", [
+    (BASE, 80, "compute capability 90"),
+    (BASE, 100, "compute capability 90"),
+    (variant(tile_m=256, tile_n=64, schedule="pingpong"), 90, "pingpong needs tile_m"),
+    (variant(schedule="pingpong"), 90, "accumulators"),
+    (variant(tile_m=64), 90, "coop needs tile_m"),
+    (variant(tile_m=64, tile_n=128, schedule="pingpong", scheduler="streamk"), 90, "cooperative schedule"),
+    (variant(tile_n=264), 90, "tile_n"),
+    (variant(tile_n=40), 90, "tile_n"),
+    (variant(tile_k=256), 90, "tile_k"),
+    (variant(tile_m=256, tile_n=256), 90, "accumulators"),
+    (variant(cluster_m=4), 90, "cluster"),
+    (variant(cluster_n=3), 90, "cluster"),
+    (variant(stages=1), 90, "stages"),
+    (variant(stages=5), 90, "shared memory"),
+    (variant(schedule=""), 90, "schedule"),
+    (variant(scheduler="splitk"), 90, "scheduler"),
+    (variant(warps=8), 90, "warps"),
+    (HgemmConfig("sm80_cute", "fp16", "nt", 128, 128, 32, stages=3, warps=4), 90, "family"),
+])
+def test_rejects_bad(cfg: HgemmConfig, arch: int, why: str) -> None:
+    ok, reason = fam.feasible(cfg, arch)
+    assert not ok and why in reason, reason
+
+
+def test_shared_memory_model() -> None:
+    """128x256x64: 48 KiB per stage, 4 auto stages fit next to the epilogue, 5 do not."""
+    assert fam.stage_bytes(BASE) == 48 * 1024
+    assert fam.auto_stages(BASE) == 4
+    assert fam.epilogue_tile(BASE) == (128, 32)
+    assert fam.epilogue_tile(variant(tile_m=64, tile_n=48, schedule="pingpong")) == (64, 16)
+
+
+def test_render_is_deterministic_and_complete() -> None:
+    for cfg in fam.default_configs():
+        text = codegen.render(cfg)
+        assert text == codegen.render(cfg)
+        assert '#include "cudal2/sm90_tma_ws.cuh"' in text
+        assert f"CUDAL2_EXPORT_KERNEL({cfg.name}, \"sm90_tma_ws\", 90, 90," in text
+        assert text.count(fam.gemm_type(cfg)) == 2
+        assert "torch" not in text
+
+
+def test_render_refuses_infeasible() -> None:
+    with pytest.raises(ValueError, match="not feasible"):
+        fam.render(variant(tile_k=256))
+
+
+def test_names_round_trip_and_default_set() -> None:
+    configs = fam.default_configs()
+    assert 8 <= len(configs) <= 12
+    assert len({c.name for c in configs}) == len(configs)
+    assert {(c.dtype, c.layout) for c in configs} == {(d, l) for d in ("fp16", "bf16") for l in ("nn", "nt")}
+    for cfg in configs:
+        assert HgemmConfig.from_name(cfg.name) == cfg
+
+
+def test_generated_sources_are_current() -> None:
+    """The committed kernels/sm90 sources equal what codegen renders now."""
+    for cfg in fam.default_configs():
+        path = codegen.KERNELS_DIR / cfg.arch_dir / f"{cfg.name}.cu"
+        assert path.read_text() == codegen.render(cfg), f"{path} is stale: regenerate it"
+
+
+def cuobjdump_path() -> str | None:
+    """cuobjdump from PATH, $CUDA_HOME/bin, or the copy bundled with triton."""
+    found = shutil.which("cuobjdump") or shutil.which("/usr/local/cuda/bin/cuobjdump")
+    if found:
+        return found
+    spec = importlib.util.find_spec("triton")
+    if spec and spec.origin:
+        bundled = Path(spec.origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if bundled.exists():
+            return str(bundled)
+    return None
+
+
+def test_compiles_to_hgmma() -> None:
+    """Compiles one representative kernel for sm_90a (cached objects reused) and checks its SASS uses HGMMA."""
+    kernel_lib = pytest.importorskip("build_tools.kernel_lib")
+    try:
+        kernel_lib.nvcc_path()
+        kernel_lib.cutlass_include_dir()
+    except kernel_lib.KernelBuildError as exc:
+        pytest.skip(str(exc))
+    cuobjdump = cuobjdump_path()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found")
+    cfg = next(c for c in fam.default_configs() if c.schedule == "pingpong")
+    obj = kernel_lib.compile_object(codegen.write_kernel(cfg), ["90a"], kernel_lib.DEFAULT_CACHE_DIR)
+    sass = subprocess.run([cuobjdump, "--dump-sass", str(obj)], capture_output=True, text=True, check=True).stdout
+    assert "HGMMA" in sass
+    assert "sm_90a" in sass
