@@ -1,0 +1,311 @@
+"""CPU tests of cudal2_ops.patch: scopes, filters, nesting, subclasses, swap, routing rule, torch.compile tracing.
+
+`cudal2_ops.linear` is replaced by a counting stand-in; routing on CPU is exercised by replacing the routing
+predicate `_route_dtype` with one that accepts CPU fp32 (the real predicate is checked on fake CUDA tensors).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import cudal2_ops
+from cudal2_ops import patch as P
+
+TORCH_FORWARD = nn.Linear.forward
+
+
+@torch.library.custom_op("cudal2_test::linear", mutates_args=())
+def _standin_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
+@_standin_op.register_fake
+def _(x, weight, bias):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+def _standin_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    g2 = grad.reshape(-1, grad.shape[-1])
+    return grad @ weight, g2.t() @ x.reshape(-1, x.shape[-1]), (g2.sum(0) if ctx.has_bias else None)
+
+
+def _standin_setup(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+_standin_op.register_autograd(_standin_backward, setup_context=_standin_setup)
+
+
+class Calls:
+    """Counting stand-in for cudal2_ops.linear."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, x, weight, bias=None):
+        self.n += 1
+        return torch.ops.cudal2_test.linear(x, weight, bias)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    stand_in = Calls()
+    monkeypatch.setattr(cudal2_ops, "linear", stand_in, raising=False)
+    yield stand_in
+    P.unpatch_linear()
+    assert nn.Linear.forward is TORCH_FORWARD or P._flagged, "patch left installed with nothing patched"
+
+
+@pytest.fixture
+def cpu_route(monkeypatch):
+    """Make CPU fp32 calls routable, so routing is observable without a GPU."""
+    monkeypatch.setattr(P, "_route_dtype", lambda x, w, b: x.dtype if x.dtype == torch.float32 else None)
+
+
+class LoRALike(nn.Linear):
+    """A subclass that overrides forward and calls nn.Linear.forward for its base output."""
+
+    def forward(self, x):
+        return super().forward(x) + 1.0
+
+
+class NoOverride(nn.Linear):
+    pass
+
+
+def tiny_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.ModuleDict({"q_proj": nn.Linear(8, 8), "k_proj": nn.Linear(8, 4, bias=False)}),
+                         nn.ModuleDict({"up_proj": nn.Linear(8, 16), "down_proj": nn.Linear(16, 8),
+                                        "lora": LoRALike(8, 8), "plain_sub": NoOverride(8, 8)}))
+
+
+def run(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    return [m(x if m.in_features == 8 else x.repeat(1, 2)) for m in model.modules() if isinstance(m, nn.Linear)]
+
+
+def test_process_patch_is_reversible_and_idempotent(calls):
+    assert P.patch_linear().scope == "process"
+    P.patch_linear()
+    assert nn.Linear.forward is P._patched_forward and P.is_linear_patched()
+    P.unpatch_linear()
+    assert nn.Linear.forward is TORCH_FORWARD and not hasattr(nn.Linear, "_cudal2_route")
+    P.unpatch_linear()
+    assert nn.Linear.forward is TORCH_FORWARD
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_cpu_calls_are_bitwise_f_linear(calls, dtype):
+    model = tiny_model().to(dtype)
+    x = torch.randn(3, 8, dtype=dtype)
+    ref = run(model, x)
+    P.patch_linear()
+    P.patch_linear(model, include_subclasses=True)
+    out = run(model, x)
+    assert calls.n == 0
+    for a, b in zip(out, ref):
+        assert torch.equal(a, b)
+    P.unpatch_linear(model)
+
+
+def test_process_patch_routes_plain_and_non_overriding_subclasses(calls, cpu_route):
+    model = tiny_model()
+    P.patch_linear()
+    run(model, torch.randn(2, 8))
+    assert calls.n == 5  # 4 nn.Linear + NoOverride; LoRALike overrides forward
+    P.unpatch_linear()
+    P.patch_linear(include_subclasses=True)
+    run(model, torch.randn(2, 8))
+    assert calls.n == 11
+
+
+def test_model_patch_filters(calls, cpu_route):
+    model = tiny_model()
+    s = P.patch_linear(model, include=["*proj"], exclude="*.k_*")
+    assert s.scope == "model" and s.names == ("0.q_proj", "1.up_proj", "1.down_proj") and s.skipped == ()
+    other = tiny_model()
+    run(other, torch.randn(2, 8))
+    assert calls.n == 0, "a model patch must not touch other models"
+    run(model, torch.randn(2, 8))
+    assert calls.n == 3
+    assert [P.is_linear_patched(m) for m in (model[0].q_proj, model[0].k_proj)] == [True, False]
+    P.unpatch_linear(model)
+    assert nn.Linear.forward is TORCH_FORWARD
+
+
+def test_model_patch_subclasses(calls, cpu_route):
+    model = tiny_model()
+    s = P.patch_linear(model)
+    assert s.skipped == ("1.lora",) and "1.plain_sub" in s.names
+    x = torch.randn(2, 8)
+    ref = F.linear(x, model[1].lora.weight, model[1].lora.bias) + 1.0
+    calls.n = 0
+    assert torch.equal(model[1].lora(x), ref) and calls.n == 0
+    s = P.patch_linear(model, include="1.lora", include_subclasses=True)
+    assert s.names == ("1.lora",)
+    torch.testing.assert_close(model[1].lora(x), ref)
+    assert calls.n == 1, "the subclass's super().forward goes through cudal2, its own logic stays"
+    P.unpatch_linear(model)
+
+
+def test_context_manager_nesting_restores_state(calls, cpu_route):
+    model = tiny_model()
+    with P.patched_linear():
+        with P.patched_linear():
+            pass
+        assert P.is_linear_patched(), "inner exit must not undo the outer patch"
+        with P.patched_linear(model, include="0.*") as s:
+            assert s.names == ("0.q_proj", "0.k_proj")
+            P.patch_linear(model, include="1.up_proj")
+        assert not any(m.__dict__.get("_cudal2_route") for m in model.modules())
+    assert not P.is_linear_patched() and nn.Linear.forward is TORCH_FORWARD
+    P.patch_linear(model, include="1.up_proj")
+    with P.patched_linear(model):
+        pass
+    assert P.is_linear_patched(model[1].up_proj) and not P.is_linear_patched(model[1].down_proj)
+    P.unpatch_linear(model)
+    assert nn.Linear.forward is TORCH_FORWARD
+
+
+def test_filters_need_a_model():
+    with pytest.raises(ValueError):
+        P.patch_linear(include="*")
+
+
+def test_swap_state_dict_compatible_and_reversible(calls, cpu_route):
+    model = tiny_model()
+    model[0].tied = model[0].q_proj
+    params = {n: p for n, p in model.named_parameters()}
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    handle_calls = []
+    model[1].up_proj.register_forward_hook(lambda m, i, o: handle_calls.append(1))
+    s = P.swap_linear(model, exclude="*down*")
+    assert s.names == ("0.q_proj", "0.k_proj", "1.up_proj") and s.skipped == ("1.lora", "1.plain_sub")
+    assert isinstance(model[0].q_proj, P.CudaL2Linear) and model[0].tied is model[0].q_proj
+    assert type(model[1].down_proj) is nn.Linear
+    assert {n: p for n, p in model.named_parameters()} == params
+    assert model.state_dict().keys() == sd.keys()
+    plain = tiny_model()
+    plain[0].tied = plain[0].q_proj
+    plain.load_state_dict(model.state_dict())
+    model.load_state_dict(sd)
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(model[1].up_proj(x), plain[1].up_proj(x))
+    assert calls.n == 1 and handle_calls == [1]
+    assert P.patch_linear(model).names == ("1.down_proj", "1.plain_sub")
+    P.unpatch_linear(model)
+    assert P.unswap_linear(model) == ("0.q_proj", "0.k_proj", "1.up_proj")
+    assert type(model[0].q_proj) is nn.Linear and model[0].tied is model[0].q_proj
+    assert {n: p for n, p in model.named_parameters()} == params
+
+
+def test_swapped_cpu_calls_are_bitwise_f_linear(calls):
+    lin = nn.Linear(8, 4)
+    x = torch.randn(5, 8)
+    assert torch.equal(P.CudaL2Linear.from_linear(lin)(x), F.linear(x, lin.weight, lin.bias)) and calls.n == 0
+
+
+def test_deepcopy_and_state_dict_of_patched_model(calls, cpu_route):
+    model = tiny_model()
+    P.patch_linear(model)
+    assert "_cudal2_route" not in str(model.state_dict().keys())
+    clone = copy.deepcopy(model)
+    run(clone, torch.randn(2, 8))
+    assert calls.n == 5
+    P.unpatch_linear(model)
+    P.unpatch_linear(clone)
+    assert nn.Linear.forward is TORCH_FORWARD
+
+
+def test_autograd_matches_unpatched(calls, cpu_route):
+    model = tiny_model()
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def grads():
+        model.zero_grad()
+        x.grad = None
+        sum(o.square().sum() for o in run(model, x)).backward()
+        return [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+
+    ref = grads()
+    with P.patched_linear(model, include_subclasses=True):
+        got = grads()
+    assert calls.n == 6
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+
+
+def test_route_dtype_rule():
+    with FakeTensorMode():
+        x16 = torch.empty(2, 8, device="cuda", dtype=torch.float16)
+        w16 = torch.empty(4, 8, device="cuda", dtype=torch.float16)
+        wbf = torch.empty(4, 8, device="cuda", dtype=torch.bfloat16)
+        w32 = torch.empty(4, 8, device="cuda")
+        x32 = torch.empty(2, 8, device="cuda")
+        x64 = torch.empty(2, 8, device="cuda", dtype=torch.float64)
+        b32 = torch.empty(4, device="cuda")
+        xcpu = torch.empty(2, 8, dtype=torch.float16)
+        assert P._route_dtype(x16, w16, None) is torch.float16
+        assert P._route_dtype(x16.bfloat16(), wbf, wbf[:, 0]) is torch.bfloat16
+        assert P._route_dtype(x16, wbf, None) is None
+        assert P._route_dtype(x16, w16, b32) is None
+        assert P._route_dtype(x32, w32, None) is None
+        assert P._route_dtype(xcpu, w16, None) is None
+        assert P._route_dtype(x16, xcpu.t().contiguous(), None) is None
+        torch.set_autocast_enabled("cuda", True)
+        try:
+            assert P._route_dtype(x32, w32, b32) is torch.float16
+            assert P._route_dtype(x64, w32, None) is None
+            torch.set_autocast_dtype("cuda", torch.bfloat16)
+            assert P._route_dtype(x16, w32, None) is torch.bfloat16
+        finally:
+            torch.set_autocast_enabled("cuda", False)
+            torch.set_autocast_dtype("cuda", torch.float16)
+
+
+def _compiled_graph(fn, *args):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    out = torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    return out, graphs
+
+
+def test_compile_traces_routed_calls_without_breaks(calls, cpu_route):
+    torch._dynamo.reset()
+    model = tiny_model()[1]
+    x = torch.randn(2, 8)
+
+    def step(inp):
+        return model.down_proj(model.up_proj(inp))
+
+    P.patch_linear(model, include="up_proj")
+    out, graphs = _compiled_graph(step, x)
+    torch.testing.assert_close(out, step(x))
+    assert len(graphs) == 1 and str(graphs[0].code).count("cudal2_test.linear") == 1
+    P.unpatch_linear(model)
+    _, graphs = _compiled_graph(step, x)
+    assert "cudal2_test" not in str(graphs[0].code), "unpatching must invalidate the compiled graph"
+    torch._dynamo.reset()
+
+
+def test_compile_of_real_rule_on_cpu_is_unchanged(calls):
+    torch._dynamo.reset()
+    model = tiny_model()
+    x = torch.randn(2, 8)
+    P.patch_linear()
+    out, graphs = _compiled_graph(lambda inp: model[1].down_proj(model[1].up_proj(inp)), x)
+    assert len(graphs) == 1 and "cudal2" not in str(graphs[0].code)
+    P.unpatch_linear()
+    torch._dynamo.reset()
