@@ -1,0 +1,117 @@
+"""The environment header of a results file: GPU, clocks, driver and library versions, git commit, command line,
+and the peak GEMM throughput and memory bandwidth measured once on this GPU (for the roofline)."""
+from __future__ import annotations
+
+import ctypes
+import datetime
+import importlib.metadata
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks import timing
+
+REPO = Path(__file__).resolve().parent.parent
+SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
+              "power.limit", "memory.total", "pci.bus_id")
+
+
+def gpu_slug(name: str) -> str:
+    """A folder name for a GPU: "NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3"."""
+    name = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown-gpu"
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True, cwd=REPO).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def nvidia_smi(index: int) -> dict:
+    """Selected nvidia-smi fields of GPU `index` (empty when nvidia-smi is unavailable)."""
+    out = _run(["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"])
+    if not out:
+        return {}
+    return dict(zip(SMI_FIELDS, (v.strip() for v in out.splitlines()[0].split(","))))
+
+
+def cublas_version() -> str | None:
+    """cublasLtGetVersion() of the cuBLASLt this process loaded (torch's), as "major.minor.patch"."""
+    for lib in ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"):
+        try:
+            fn = ctypes.CDLL(lib).cublasLtGetVersion
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_size_t
+        v = fn()
+        return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
+    return None
+
+
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def git_commit() -> str | None:
+    """HEAD of the checkout, with "+dirty" when tracked files differ (None outside a git checkout)."""
+    head = _run(["git", "rev-parse", "HEAD"])
+    if head is None:
+        return None
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    return head + ("+dirty" if dirty else "")
+
+
+def measure_roofline() -> dict:
+    """Peak fp16 GEMM throughput (torch.matmul 8192^3) and read bandwidth (sum over 4 GiB), timed in kernel mode."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    out = torch.empty(n, n, device="cuda", dtype=torch.float16)
+    gemm = lambda i: torch.matmul(a, b, out=out)  # noqa: E731
+    gemm(0)
+    t_gemm = timing.kernel_mode(gemm, 1, timing.estimate_ms(gemm, 1), target_ms=20.0)["median_us"]
+    del a, b, out
+    x = torch.ones(2**30, device="cuda", dtype=torch.float32)
+    acc = torch.empty((), device="cuda", dtype=torch.float32)
+    read = lambda i: torch.sum(x, out=acc)  # noqa: E731
+    read(0)
+    t_read = timing.kernel_mode(read, 1, timing.estimate_ms(read, 1), target_ms=20.0)["median_us"]
+    nbytes = x.numel() * x.element_size()
+    del x
+    torch.cuda.empty_cache()
+    return {"peak_tflops": 2 * n**3 / t_gemm / 1e6, "peak_source": f"torch.matmul fp16 {n}^3",
+            "bandwidth_gbs": nbytes / t_read / 1e3, "bandwidth_source": "torch.sum over 4 GiB fp32 (read)"}
+
+
+def header(argv: list[str]) -> dict:
+    """The environment header (without the roofline and wall time, which the run adds)."""
+    idx = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    package = _dist_version("cudal2", "cudal2-ops", "cudal2_ops")
+    if package is None:
+        try:
+            import cudal2_ops
+            package = getattr(cudal2_ops, "__version__", None)
+        except ImportError:
+            pass
+    return {
+        "gpu": props.name, "gpu_slug": gpu_slug(props.name), "sm_count": props.multi_processor_count,
+        "l2_bytes": props.L2_cache_size, "memory_bytes": props.total_memory, "capability": f"{props.major}.{props.minor}",
+        "nvidia_smi": nvidia_smi(idx), "cuda": torch.version.cuda, "torch": torch.__version__,
+        "torch_compiled_cuda": torch._C._cuda_getCompiledVersion(), "cublas": cublas_version(),
+        "cutlass": _dist_version("nvidia-cutlass", "nvidia-cutlass-dsl"), "package": package, "commit": git_commit(),
+        "python": sys.version.split()[0],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.grid", *argv]),
+    }

@@ -1,0 +1,136 @@
+"""`python -m benchmarks.grid`: times cudal2 against every baseline over a shape set (docs/EVALUATION.md) and
+writes `benchmarks/results/<gpu_slug>/<run>.json` (flushed as it goes; `--resume` skips rows already there).
+
+Ours and torch run once per `--layouts` entry; the fixed-layout baselines (cublas-nn/-tn, cublaslt-*-nn/-tn) run
+once per shape and serve both layouts, so every layout gets its -max aggregate.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import check, env, impls, results, runner, shapes
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+FLUSH_S = 15.0
+
+
+def _csv(choices: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(choices)}")
+        return items
+    return parse
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.grid", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", choices=("g1000", "llm", "odd"), default="g1000")
+    p.add_argument("--sample", type=int, default=None, help="stratified sample of this many shapes")
+    p.add_argument("--seed", type=int, default=0, help="sampling, input and shuffling seed")
+    p.add_argument("--layouts", type=_csv(("nt", "nn")), default=["nt", "nn"])
+    p.add_argument("--dtypes", type=_csv(tuple(runner.DTYPES)), default=["fp16"])
+    p.add_argument("--modes", type=_csv(runner.MODES), default=["kernel", "offline"])
+    p.add_argument("--l2", choices=("warm", "cold"), default="warm")
+    p.add_argument("--impls", type=_csv(impls.ALL), default=list(impls.ALL))
+    p.add_argument("--qps", type=float, default=100.0, help="server mode: mean request rate of the idle gaps")
+    p.add_argument("--server-iters", type=int, default=20)
+    p.add_argument("--offline-budget-ms", type=float, default=30.0, help="offline host time per impl and shape")
+    p.add_argument("--target-ms", type=float, default=1.0, help="kernel mode: duration of one graph replay")
+    p.add_argument("--out", type=Path, default=None, help="default benchmarks/results/<gpu_slug>/<run>.json")
+    p.add_argument("--resume", action="store_true", help="continue --out, skipping rows it already has")
+    return p.parse_args(argv)
+
+
+def run_name(args: argparse.Namespace) -> str:
+    """Default results file stem, e.g. g1000_nt-nn_fp16_kernel-offline_warm."""
+    return "_".join([shapes.set_label(args.shapes, args.sample), "-".join(args.layouts), "-".join(args.dtypes),
+                     "-".join(args.modes), args.l2])
+
+
+def todo_for(shape: shapes.Shape, dtype: str, impl_list: list[impls.Impl], modes: list[str],
+             done: set[tuple]) -> set[tuple[str, str, str]]:
+    """(impl, layout, mode) triples of one shape and dtype that have no row yet."""
+    m, n, k = shape
+    return {(i.name, i.layout, mode) for i in impl_list for mode in modes
+            if (m, n, k, dtype, i.name, i.layout, mode) not in done}
+
+
+def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_names: list[str],
+                  unavailable: dict[str, str], settings: runner.Settings, n_shapes: int) -> dict:
+    """The results document to fill: the existing one on --resume, else a new one with a measured roofline."""
+    head = env.header(argv)
+    if args.resume and out.exists():
+        doc = results.load(out)
+        doc["header"].setdefault("sessions", []).append({"date": head["date"], "command": head["command"],
+                                                         "commit": head["commit"]})
+        return doc
+    head["roofline"] = env.measure_roofline()
+    head["wall_s"] = 0.0
+    protocol = {"shapes": shapes.set_label(args.shapes, args.sample), "shape_set": args.shapes, "n_shapes": n_shapes,
+                "sample": args.sample, "seed": args.seed, "layouts": args.layouts, "dtypes": args.dtypes,
+                "modes": args.modes, "l2": args.l2, "impls": impl_names, "unavailable": unavailable,
+                "tolerance": check.TOLERANCE, "settings": vars(settings) | {"modes": list(settings.modes)},
+                "reference": "cudal2_ops.correctness.reference if importable, else fp32 matmul with TF32 off",
+                "kernel": "CUDA graph of R calls, replay timed by CUDA events, median over >= 5 replays, per call",
+                "offline": "perf_counter around one call, synchronize before/after, fresh inputs, shuffled order",
+                "server": "offline + exponential idle gap (mean 1/qps) before each call"}
+    return results.new_document(head, protocol)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks.grid needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    shape_list = shapes.load(args.shapes, args.sample, args.seed)
+    impl_list, unavailable = impls.build(args.impls, args.layouts)
+    for name, why in unavailable.items():
+        print(f"skipping {name}: {why}", file=sys.stderr)
+    settings = runner.Settings(modes=tuple(args.modes), l2=args.l2, seed=args.seed, target_ms=args.target_ms,
+                               offline_budget_ms=args.offline_budget_ms, server_iters=args.server_iters, qps=args.qps)
+    slug = env.gpu_slug(torch.cuda.get_device_name())
+    out = args.out or RESULTS_DIR / slug / f"{run_name(args)}.json"
+    if out.exists() and not args.resume:
+        print(f"{out} exists: pass --resume to continue it or --out for a new file", file=sys.stderr)
+        return 2
+    doc = open_document(args, argv, out, sorted({i.name for i in impl_list}), unavailable, settings,
+                        len(shape_list))
+    done = {results.row_key(r) for r in doc["rows"]}
+    l2_bytes = doc["header"]["l2_bytes"]
+    start = last_flush = time.perf_counter()
+    wall0 = doc["header"].get("wall_s", 0.0)
+    jobs = [(dtype, shape) for dtype in args.dtypes for shape in shape_list]
+    try:
+        for dtype, shape in tqdm(jobs, desc=out.stem, unit="shape", dynamic_ncols=True):
+            todo = todo_for(shape, dtype, impl_list, args.modes, done)
+            if not todo:
+                continue
+            new_rows = runner.measure(shape, dtype, impl_list, todo, settings, l2_bytes)
+            doc["rows"] += new_rows
+            done |= {results.row_key(r) for r in new_rows}
+            if runner.touched_bytes(shape) > 2**30:
+                torch.cuda.empty_cache()
+            if time.perf_counter() - last_flush > FLUSH_S:
+                doc["header"]["wall_s"] = wall0 + time.perf_counter() - start
+                results.save(out, doc)
+                last_flush = time.perf_counter()
+    finally:
+        doc["header"]["wall_s"] = wall0 + time.perf_counter() - start
+        results.save(out, doc)
+    failures = sum(not r["ok"] for r in doc["rows"])
+    print(f"wrote {out}: {len(doc['rows'])} rows, {failures} failures, {doc['header']['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The implementations the benchmark times: ours (the public cudal2_ops API) and every baseline of
+docs/EVALUATION.md. Each is a call `(a, b, out) -> result` on row-major tensors, with b laid out as the
+implementation needs ([K, N] for "nn", [N, K] for "nt")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+OURS = "cudal2"
+# Implementations that follow the problem layout (run once per --layouts entry).
+LAYOUT_FOLLOWING = ("cudal2", "torch")
+# Baselines with a fixed B layout: the paper's NN ([K, N]) and TN ([N, K]) variants.
+FIXED_LAYOUT = {
+    "cublas-nn": "nn", "cublas-tn": "nt",
+    "cublaslt-heuristic-nn": "nn", "cublaslt-heuristic-tn": "nt",
+    "cublaslt-autotune-nn": "nn", "cublaslt-autotune-tn": "nt",
+}
+ALL = LAYOUT_FOLLOWING + tuple(FIXED_LAYOUT)
+
+Call = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One timed implementation: its name, the B layout it consumes and the call."""
+
+    name: str
+    layout: str
+    call: Call
+
+
+def _cudal2_calls() -> dict[str, Call]:
+    import cudal2_ops
+
+    if not cudal2_ops.is_available():
+        raise RuntimeError("cudal2_ops.is_available() is False")
+    return {"nn": lambda a, b, out: cudal2_ops.matmul(a, b, out=out),
+            "nt": lambda a, b, out: cudal2_ops.linear(a, b)}
+
+
+def _torch_calls() -> dict[str, Call]:
+    return {"nn": lambda a, b, out: torch.matmul(a, b, out=out),
+            "nt": lambda a, b, out: F.linear(a, b)}
+
+
+def _native_call(name: str, layout: str) -> Call:
+    from cudal2_ops import _C
+
+    if name.startswith("cublaslt-"):
+        fn, policy = _C.cublaslt_matmul, name.split("-")[1]
+
+        def call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            fn(a, b, None, out, layout, policy)
+            return out
+    else:
+        fn = _C.cublas_gemm
+
+        def call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            fn(a, b, out, layout)
+            return out
+    return call
+
+
+def build(names: list[str], layouts: list[str]) -> tuple[list[Impl], dict[str, str]]:
+    """The runnable implementations among `names` (ours and torch once per layout in `layouts`, the fixed-layout
+    baselines once each), and {name: reason} for those that cannot run here."""
+    unknown = sorted(set(names) - set(ALL))
+    if unknown:
+        raise ValueError(f"unknown implementations {unknown}; known: {list(ALL)}")
+    impls: list[Impl] = []
+    unavailable: dict[str, str] = {}
+    for name in names:
+        try:
+            if name in LAYOUT_FOLLOWING:
+                calls = _cudal2_calls() if name == OURS else _torch_calls()
+                impls += [Impl(name, layout, calls[layout]) for layout in layouts]
+            else:
+                impls.append(Impl(name, FIXED_LAYOUT[name], _native_call(name, FIXED_LAYOUT[name])))
+        except (ImportError, AttributeError, RuntimeError, OSError) as exc:
+            unavailable[name] = f"{type(exc).__name__}: {exc}"
+    return impls, unavailable

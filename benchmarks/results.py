@@ -1,0 +1,39 @@
+"""Results files: `{"schema", "header", "protocol", "rows"}` JSON, written atomically so that a run can be
+flushed often and resumed (rows already present are skipped)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+SCHEMA = 1
+KEY_FIELDS = ("m", "n", "k", "dtype", "impl", "layout", "mode")
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a row: shape, dtype, implementation, its B layout and the timing mode."""
+    return tuple(row[f] for f in KEY_FIELDS)
+
+
+def load(path: Path) -> dict:
+    """A results document."""
+    doc = json.loads(Path(path).read_text())
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: results schema {doc.get('schema')!r}, expected {SCHEMA}")
+    return doc
+
+
+def save(path: Path, doc: dict) -> None:
+    """Writes `doc` atomically (temporary file + rename), one row per line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    head = {k: v for k, v in doc.items() if k != "rows"}
+    text = json.dumps(head, indent=1)[:-2] + ',\n "rows": [\n' + ",\n".join(json.dumps(r) for r in doc["rows"])
+    tmp.write_text(text + "\n ]\n}\n")
+    os.replace(tmp, path)
+
+
+def new_document(header: dict, protocol: dict) -> dict:
+    """An empty results document."""
+    return {"schema": SCHEMA, "header": header, "protocol": protocol, "rows": []}

@@ -1,0 +1,155 @@
+"""Measures one (shape, dtype) for every implementation: same inputs for all, correctness gate against the fp32
+reference, then each requested timing mode. Produces result rows (one per implementation, layout and mode)."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import torch
+
+from benchmarks import check, timing
+from benchmarks.impls import Impl
+from benchmarks.shapes import Shape
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+MODES = ("kernel", "offline", "server")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Knobs of one run (defaults keep a full G1000 kernel-mode run within minutes)."""
+
+    modes: tuple[str, ...] = ("kernel", "offline")
+    l2: str = "warm"
+    seed: int = 0
+    target_ms: float = 1.0          # kernel mode: a replay lasts about this long
+    offline_budget_ms: float = 30.0  # offline: host time per implementation and shape
+    offline_iters: tuple[int, int] = (5, 30)
+    server_iters: int = 20
+    qps: float = 100.0
+
+
+@dataclass
+class Inputs:
+    """One input set: A [M,K], B as [K,N] and [N,K], an output buffer [M,N]."""
+
+    a: torch.Tensor
+    b_kn: torch.Tensor
+    b_nk: torch.Tensor
+    out: torch.Tensor
+
+    def b(self, layout: str) -> torch.Tensor:
+        return self.b_kn if layout == "nn" else self.b_nk
+
+    def call(self, impl: Impl) -> object:
+        return impl.call(self.a, self.b(impl.layout), self.out)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, gen: torch.Generator) -> Inputs:
+    """randn inputs for one shape (both B layouts hold the same matrix)."""
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    b_kn = torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
+    return Inputs(a, b_kn, b_kn.t().contiguous(), torch.empty(m, n, device="cuda", dtype=dtype))
+
+
+def touched_bytes(shape: Shape, elem: int = 2) -> int:
+    """Bytes one GEMM call reads and writes at least: A, B and D once."""
+    m, n, k = shape
+    return elem * (m * k + k * n + m * n)
+
+
+def cold_set_count(shape: Shape, l2_bytes: int, cap: int = 4096) -> int:
+    """Input sets to rotate so that their total exceeds twice the L2 (at least 2)."""
+    return max(2, min(cap, math.ceil(2 * l2_bytes / touched_bytes(shape)) + 1))
+
+
+def _row(shape: Shape, dtype: str, impl: Impl, mode: str, **fields) -> dict:
+    m, n, k = shape
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "impl": impl.name, "layout": impl.layout, "mode": mode, **fields}
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+
+
+def check_all(impls: list[Impl], inp: Inputs, dtype: str) -> dict[Impl, tuple[bool, float, str | None]]:
+    """Runs each implementation once on set `inp` (output poisoned with NaN first; this also warms up, e.g. the
+    autotune of a new shape) and compares with the fp32 reference."""
+    ref = check.reference(inp.a, inp.b_kn)
+    verdicts = {}
+    for impl in impls:
+        try:
+            inp.out.fill_(float("nan"))
+            result = inp.call(impl)
+            torch.cuda.synchronize()
+            verdicts[impl] = check.verdict(result, ref, dtype)
+        except RuntimeError as exc:  # includes torch.cuda.OutOfMemoryError
+            verdicts[impl] = (False, float("nan"), _failure(exc))
+    del ref
+    return verdicts
+
+
+def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, str, str]], settings: Settings,
+            l2_bytes: int) -> list[dict]:
+    """Rows for the (impl, layout, mode) triples in `todo` of one shape and dtype: failure rows (no time) for
+    implementations that fail the correctness gate, timed rows for the others."""
+    rng = random.Random(f"{settings.seed}/{shape}/{dtype}")
+    gen = torch.Generator(device="cuda").manual_seed(rng.getrandbits(62))
+    wanted = [i for i in impls if any((i.name, i.layout, mode) in todo for mode in settings.modes)]
+    rng.shuffle(wanted)
+    sets = [make_inputs(shape, DTYPES[dtype], gen)]
+    rows: list[dict] = []
+    passing: dict[Impl, float] = {}
+    for impl, (ok, err, msg) in check_all(wanted, sets[0], dtype).items():
+        if ok:
+            passing[impl] = err
+            continue
+        rows += [_row(shape, dtype, impl, mode, ok=False, rel_err=err, error=msg)
+                 for mode in settings.modes if (impl.name, impl.layout, mode) in todo]
+    if settings.l2 == "cold" and "kernel" in settings.modes:
+        sets += [make_inputs(shape, DTYPES[dtype], gen) for _ in range(cold_set_count(shape, l2_bytes) - 1)]
+    est: dict[Impl, float] = {}
+    for impl in passing:
+        if (impl.name, impl.layout, "kernel") not in todo:
+            continue
+        try:
+            est[impl] = timing.estimate_ms(lambda i, impl=impl: sets[i].call(impl), len(sets))
+            res = timing.kernel_mode(lambda i, impl=impl: sets[i].call(impl), len(sets), est[impl],
+                                     target_ms=settings.target_ms)
+            rows.append(_row(shape, dtype, impl, "kernel", ok=True, rel_err=passing[impl], l2=settings.l2, **res))
+        except RuntimeError as exc:
+            rows.append(_row(shape, dtype, impl, "kernel", ok=False, rel_err=passing[impl], error=_failure(exc)))
+    del sets[1:]
+    for mode in ("offline", "server"):
+        group = [i for i in passing if mode in settings.modes and (i.name, i.layout, mode) in todo]
+        if group:
+            rows += _host_rows(shape, dtype, mode, group, passing, est, sets[0], settings, rng)
+    return rows
+
+
+def _host_rows(shape: Shape, dtype: str, mode: str, group: list[Impl], errs: dict[Impl, float],
+               est: dict[Impl, float], inp: Inputs, settings: Settings, rng: random.Random) -> list[dict]:
+    """offline/server rows of the implementations in `group`, timed interleaved on fresh inputs."""
+    try:
+        for impl in group:
+            est.setdefault(impl, timing.estimate_ms(lambda i, impl=impl: inp.call(impl), 1))
+        if mode == "server":
+            iters = {impl: settings.server_iters for impl in group}
+        else:
+            lo, hi = settings.offline_iters
+            iters = {impl: timing.host_iterations(est[impl], budget_ms=settings.offline_budget_ms,
+                                                  min_iters=lo, max_iters=hi) for impl in group}
+
+        def refresh(layout: str) -> None:
+            inp.a.normal_()
+            inp.b(layout).normal_()
+
+        res = timing.host_mode({impl: (lambda impl=impl: inp.call(impl)) for impl in group},
+                               {impl: (lambda layout=impl.layout: refresh(layout)) for impl in group},
+                               iters, rng, settings.qps if mode == "server" else None)
+    except RuntimeError as exc:
+        return [_row(shape, dtype, impl, mode, ok=False, rel_err=errs[impl], error=_failure(exc)) for impl in group]
+    extra = {"qps": settings.qps} if mode == "server" else {}
+    return [_row(shape, dtype, impl, mode, ok=True, rel_err=errs[impl], **res[impl], **extra) for impl in group]

@@ -1,0 +1,98 @@
+"""The three timing modes of docs/EVALUATION.md.
+
+kernel: R back-to-back calls captured in a CUDA graph, the replay timed with CUDA events, median over replays,
+per-call time = replay / R. offline: host perf_counter around one call with a device synchronize before and after,
+fresh inputs written before each call outside the timed region, implementations interleaved in shuffled order.
+server: offline plus an exponential idle gap (mean 1/QPS) before each call.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from typing import Callable, Hashable
+
+import torch
+
+# A call on input set i (kernel mode rotates sets for a cold L2).
+IndexedCall = Callable[[int], object]
+
+
+def summarize_us(samples_us: list[float]) -> dict:
+    """median / mean / std / min (microseconds) and the sample count."""
+    return {"median_us": statistics.median(samples_us), "mean_us": statistics.fmean(samples_us),
+            "std_us": statistics.pstdev(samples_us), "min_us": min(samples_us), "n": len(samples_us)}
+
+
+def estimate_ms(call: IndexedCall, n_sets: int, calls: int = 3) -> float:
+    """Rough per-call GPU time (ms) from CUDA events around a few already-warm calls."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for i in range(calls):
+        call(i % n_sets)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def calls_per_replay(est_ms: float, target_ms: float, cap: int, n_sets: int) -> int:
+    """R so that a replay lasts about `target_ms` (at least one pass over the input sets), capped."""
+    r = math.ceil(target_ms / max(est_ms, 1e-4))
+    return max(1, min(cap, max(r, n_sets)))
+
+
+def kernel_mode(call: IndexedCall, n_sets: int, est_ms: float, *, target_ms: float = 1.0, cap: int = 256,
+                cold_cap: int = 4096, min_reps: int = 5, small_reps: int = 10) -> dict:
+    """Per-call GPU time from CUDA-graph replays of R back-to-back calls rotating over `n_sets` input sets."""
+    reps_calls = calls_per_replay(est_ms, target_ms, cold_cap if n_sets > 1 else cap, n_sets)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm the side stream (per-stream handles and workspaces) before capture
+        for i in range(2):
+            call(i % n_sets)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for i in range(reps_calls):
+            call(i % n_sets)
+    graph.replay()
+    torch.cuda.synchronize()
+    reps = min_reps if est_ms * reps_calls >= 3 * target_ms else small_reps
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    per_call_us = [s.elapsed_time(e) * 1e3 / reps_calls for s, e in events]
+    del graph
+    return {**summarize_us(per_call_us), "calls_per_replay": reps_calls}
+
+
+def host_iterations(est_ms: float, *, budget_ms: float, min_iters: int, max_iters: int,
+                    overhead_ms: float = 0.05) -> int:
+    """Iterations of a host-timed mode for one implementation: fill `budget_ms`, within [min_iters, max_iters]."""
+    return max(min_iters, min(max_iters, int(budget_ms / (est_ms + overhead_ms))))
+
+
+def host_mode(calls: dict[Hashable, Callable[[], object]], refresh: dict[Hashable, Callable[[], None]],
+              iters: dict[Hashable, int], rng: random.Random, qps: float | None = None) -> dict[Hashable, dict]:
+    """offline (qps None) or server timing of several implementations, interleaved in a fresh shuffled order each
+    iteration; `refresh[name]()` rewrites that implementation's inputs outside the timed region. Returns
+    {key: summary in microseconds}."""
+    samples: dict[Hashable, list[float]] = {name: [] for name in calls}
+    for it in range(max(iters.values())):
+        order = [name for name in calls if iters[name] > it]
+        rng.shuffle(order)
+        for name in order:
+            refresh[name]()
+            torch.cuda.synchronize()
+            if qps:
+                time.sleep(rng.expovariate(qps))
+            t0 = time.perf_counter()
+            calls[name]()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - t0) * 1e6)
+    return {name: summarize_us(s) for name, s in samples.items()}
