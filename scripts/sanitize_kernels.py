@@ -67,6 +67,10 @@ def classify(returncode: int | None, output: str) -> dict:
     """Turns a sanitizer run's exit code and output into a report entry."""
     found = re.search(r"ERROR SUMMARY:\s*(\d+)\s+error", output)
     errors = int(found.group(1)) if found else None
+    races = re.search(r"RACECHECK SUMMARY:\s*\d+\s+hazards?\s+displayed\s+\((\d+)\s+errors?,\s*(\d+)\s+warnings?",
+                      output)
+    if races:
+        errors = max(errors or 0, int(races.group(1)))
     target = None
     for line in output.splitlines():
         if line.startswith(RESULT_MARKER):
@@ -83,7 +87,8 @@ def classify(returncode: int | None, output: str) -> dict:
         status = "clean"
     else:
         status = "failed"
-    entry = {"status": status, "exit_code": returncode, "errors": errors, "shapes": target}
+    entry = {"status": status, "exit_code": returncode, "errors": errors, "shapes": target,
+             "race_warnings": int(races.group(2)) if races else None}
     if status not in OK_STATUSES:
         entry["log_tail"] = output[-4000:]
     return entry

@@ -38,22 +38,30 @@ def problem_shape(a: torch.Tensor, b: torch.Tensor, layout: str) -> tuple[int, i
     return m, n, k
 
 
+_REDUCED_PRECISION_FLAGS = ("allow_tf32", "allow_fp16_reduced_precision_reduction",
+                             "allow_bf16_reduced_precision_reduction")
+
+
 @contextlib.contextmanager
-def _no_tf32() -> Iterator[None]:
-    """Full-precision fp32 matmul on CUDA for the duration of the block."""
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+def strict_cublas() -> Iterator[None]:
+    """For the block: no TF32 in fp32 matmuls, and no reduced-precision (fp16/bf16) split-K reductions in cuBLAS,
+    so fp32 means fp32 and half-precision GEMMs accumulate in fp32 throughout (torch allows both by default)."""
+    matmul = torch.backends.cuda.matmul
+    saved = {name: getattr(matmul, name) for name in _REDUCED_PRECISION_FLAGS}
+    for name in _REDUCED_PRECISION_FLAGS:
+        setattr(matmul, name, False)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
+        for name, value in saved.items():
+            setattr(matmul, name, value)
 
 
 def reference(a: torch.Tensor, b: torch.Tensor, layout: str, bias: torch.Tensor | None = None) -> torch.Tensor:
     """a @ op(b) (+ bias) computed in float32 without TF32, on the inputs' device; returns float32 [M, N]."""
     problem_shape(a, b, layout)
     bf = b.float() if layout == "nn" else b.float().t()
-    with _no_tf32():
+    with strict_cublas():
         ref = a.float() @ bf
     if bias is not None:
         ref += bias.float()
@@ -105,15 +113,16 @@ def within_tolerance(stats: ErrorStats, baseline: ErrorStats, dtype: torch.dtype
 
 
 def torch_impl(layout: str) -> Impl:
-    """The torch baseline: torch.matmul / torch.addmm (nn) or F.linear (nt), in the inputs' dtype, into out."""
+    """The torch baseline: torch.matmul / torch.addmm (nn) or F.linear (nt) in the inputs' dtype, into out, with
+    fp32 accumulation throughout (`strict_cublas`)."""
     if layout == "nn":
         def impl(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-            if bias is None:
-                return torch.matmul(a, b, out=out)
-            return torch.addmm(bias, a, b, out=out)
+            with strict_cublas():
+                return torch.matmul(a, b, out=out) if bias is None else torch.addmm(bias, a, b, out=out)
     elif layout == "nt":
         def impl(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-            return out.copy_(F.linear(a, b, bias))
+            with strict_cublas():
+                return out.copy_(F.linear(a, b, bias))
     else:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     impl.__name__ = f"torch_{layout}"
