@@ -1,0 +1,90 @@
+"""Family `sm80_cute`: CuTe multistage mma.sync GEMMs (cp.async + swizzled smem + ldmatrix, fp32 accumulation).
+
+The A100 workhorse, also kept for small problems on H100 where lightweight kernels beat the TMA/WGMMA ones. The
+device code lives in `csrc/include/cudal2/sm80_cute*.cuh`; a generated kernel is one `CUDAL2_SM80_CUTE_KERNEL`
+instantiation. Compile-time parameters: tile_m x tile_n x tile_k, warps, stages, dtype, layout. Runtime knobs:
+`splits` (deterministic split-K through the workspace), `swizzle` (CTA group size), `raster` (1 = M, 2 = N).
+"""
+from __future__ import annotations
+
+from search.config import HgemmConfig
+
+FAMILY = "sm80_cute"
+SM_MIN, SM_MAX = 80, 90
+TILE_K = (32, 64)
+WARPS = (4, 8)
+STAGES = range(2, 7)
+# Opt-in dynamic shared memory per block (bytes) of every compute capability the binaries run on.
+SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+ELEMENT = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+MMA_M, MMA_N = 16, 16  # per-warp step: one m16n8k16 atom along M, two along N
+MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread beyond which registers spill
+
+
+def warp_grid(cfg: HgemmConfig) -> tuple[int, int]:
+    """Warps along M and N, as in GemmTraits: 2x2 for 4 warps; 8 warps spread along the longer tile side."""
+    if cfg.warps == 4:
+        return 2, 2
+    wm = 2 if cfg.tile_n >= cfg.tile_m else 4
+    return wm, cfg.warps // wm
+
+
+def smem_bytes(cfg: HgemmConfig) -> int:
+    """Dynamic shared memory: the operand pipeline, or the output staging tile when larger (they share it)."""
+    pipeline = cfg.stages * (cfg.tile_m + cfg.tile_n) * cfg.tile_k * 2
+    epilogue = cfg.tile_m * cfg.tile_n * 2
+    return max(pipeline, epilogue)
+
+
+def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
+    """Whether `cfg` builds and runs on compute capability `arch` (e.g. 80, 90); pure. Returns (ok, reason)."""
+    if cfg.family != FAMILY:
+        return False, f"family {cfg.family!r} is not {FAMILY}"
+    if arch not in SMEM_LIMIT:
+        return False, f"arch {arch} not one of {sorted(SMEM_LIMIT)}"
+    if cfg.tile_k not in TILE_K:
+        return False, f"tile_k {cfg.tile_k} not in {TILE_K}"
+    if cfg.warps not in WARPS:
+        return False, f"warps {cfg.warps} not in {WARPS}"
+    if cfg.stages not in STAGES:
+        return False, f"stages {cfg.stages} not in 2..6"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler:
+        return False, "clusters, schedules and tile schedulers are sm90_tma_ws parameters"
+    threads = 32 * cfg.warps
+    wm, wn = warp_grid(cfg)
+    if cfg.tile_m % (MMA_M * wm) or cfg.tile_n % (MMA_N * wn):
+        return False, f"tile {cfg.tile_m}x{cfg.tile_n} not divisible by the {wm}x{wn} warp grid of 16x16 MMA steps"
+    if cfg.tile_n % 64:
+        return False, f"tile_n {cfg.tile_n} not a multiple of 64 (swizzled smem atoms)"
+    if cfg.tile_m % (threads // (cfg.tile_k // 8)):
+        return False, f"tile_m {cfg.tile_m} not divisible by the {threads // (cfg.tile_k // 8)} rows of the A copy"
+    acc = cfg.tile_m * cfg.tile_n // threads
+    if acc > MAX_ACC_PER_THREAD:
+        return False, f"{acc} fp32 accumulators per thread (> {MAX_ACC_PER_THREAD}) would spill"
+    limit = SMEM_LIMIT[arch]
+    if smem_bytes(cfg) > limit:
+        return False, f"shared memory {smem_bytes(cfg)} B exceeds {limit} B on sm{arch}"
+    return True, ""
+
+
+def render(cfg: HgemmConfig) -> str:
+    """The body of `kernels/sm80/<name>.cu`: one CUDAL2_SM80_CUTE_KERNEL instantiation."""
+    ok, why = feasible(cfg, SM_MIN)
+    if not ok:
+        raise ValueError(f"{cfg.name}: {why}")
+    return (
+        '#include "cudal2/sm80_cute.cuh"\n'
+        "\n"
+        f"CUDAL2_SM80_CUTE_KERNEL({cfg.name}, {ELEMENT[cfg.dtype]}, /*B_N_MAJOR=*/{str(cfg.layout == 'nn').lower()}, "
+        f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.warps}, {cfg.stages})\n"
+    )
+
+
+# (tile_m, tile_n, tile_k, warps, stages): small, medium, and a wide tile for larger N.
+DEFAULT_SHAPES = ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 32, 4, 4))
+
+
+def default_configs() -> list[HgemmConfig]:
+    """The always-built set: three tiles for every dtype and layout (12 kernels), all feasible on sm80 and sm90."""
+    return [HgemmConfig(family=FAMILY, dtype=dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk, warps=w, stages=s)
+            for dtype in ("fp16", "bf16") for layout in ("nn", "nt") for tm, tn, tk, w, s in DEFAULT_SHAPES]
