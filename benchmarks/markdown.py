@@ -1,0 +1,114 @@
+"""Markdown rendering of a run's report: environment, the paper's Table 1 layout (offline and server speedups),
+full aggregates per mode including the kernel mode, per-bucket breakdown, roofline efficiency, sanity check,
+failures."""
+from __future__ import annotations
+
+from benchmarks.shapes import BUCKET_LABELS
+from benchmarks.stats import BASELINES, LOSS_BELOW, Comparison
+
+HOST_MODES = ("offline", "server")
+MAX_FAILURES_LISTED = 30
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _table(head: list[str], body: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
+
+
+def environment(header: dict, protocol: dict) -> list[str]:
+    roof = header.get("roofline", {})
+    smi = header.get("nvidia_smi", {})
+    return [
+        f"- GPU: {header['gpu']} ({header['sm_count']} SMs, L2 {header['l2_bytes'] / 2**20:.0f} MiB), "
+        f"driver {smi.get('driver_version', '?')}, SM clock {smi.get('clocks.sm', '?')} "
+        f"(max {smi.get('clocks.max.sm', '?')})",
+        f"- CUDA {header['cuda']}, torch {header['torch']}, cuBLAS {header['cublas']}, CUTLASS {header['cutlass']}, "
+        f"package {header['package']}, commit {header['commit']}",
+        f"- date {header['date']}, wall time {header.get('wall_s', 0):.0f} s, command: `{header['command']}`",
+        f"- roofline: peak {_f(roof.get('peak_tflops'), 1)} TFLOP/s ({roof.get('peak_source')}), bandwidth "
+        f"{_f(roof.get('bandwidth_gbs'), 0)} GB/s ({roof.get('bandwidth_source')})",
+        f"- shapes {protocol['shapes']} ({protocol['n_shapes']}), L2 {protocol['l2']}, seed {protocol['seed']}; "
+        f"unavailable: {', '.join(protocol.get('unavailable', {})) or 'none'}",
+    ]
+
+
+def table1(comps: dict[str, Comparison]) -> list[str]:
+    """The paper's Table 1: per baseline, mean / median / std / wins of speedups in offline and server modes."""
+    modes = [m for m in HOST_MODES if m in comps]
+    if not modes:
+        return []
+    head = ["baseline"] + [f"{m} {c}" for m in modes for c in ("mean", "median", "std", "wins")]
+    body = []
+    for b in BASELINES:
+        aggs = [comps[m].summary(b) for m in modes]
+        if any(a["n"] for a in aggs):
+            body.append([b] + [v for a in aggs for v in (_f(a["mean"]), _f(a["median"]), _f(a["std"]),
+                                                         f"{a['wins']}/{a['n']}")])
+    return _table(head, body)
+
+
+def full(comp: Comparison) -> list[str]:
+    """Every aggregate of one mode, with failure counts."""
+    head = ["baseline", "n", "geomean", "mean", "median", "std", "min", "max", "wins", f"losses (<{LOSS_BELOW})",
+            "failed rows"]
+    body = []
+    for b in BASELINES:
+        a = comp.summary(b)
+        if a["n"]:
+            body.append([b, str(a["n"]), _f(a["geomean"]), _f(a["mean"]), _f(a["median"]), _f(a["std"]),
+                         _f(a["min"]), _f(a["max"]), str(a["wins"]), str(a["losses"]),
+                         str(comp.failures.get(b, 0))])
+    return _table(head, body)
+
+
+def buckets(comp: Comparison) -> list[str]:
+    """Geomean speedup (and count) per log2(MNK) bucket."""
+    head = ["baseline"] + [f"log2 MNK {b}" for b in BUCKET_LABELS]
+    body = []
+    for b in BASELINES:
+        per = comp.by_bucket(b)
+        if any(a["n"] for a in per.values()):
+            body.append([b] + [f"{_f(per[k]['geomean'])} ({per[k]['n']})" for k in BUCKET_LABELS])
+    return _table(head, body)
+
+
+def roofline(effs: dict[tuple[str, str, str], dict]) -> list[str]:
+    """% of roofline per implementation, layout and mode."""
+    body = [[impl, layout, mode, _f(100 * e["median"], 1), _f(100 * e["geomean"], 1), str(e["n"])]
+            for (impl, layout, mode), e in effs.items()]
+    return _table(["impl", "B layout", "mode", "median % of roofline", "geomean %", "n"], body)
+
+
+def failures(rows: list[dict]) -> list[str]:
+    bad = [r for r in rows if not r["ok"]]
+    lines = [f"{len(bad)} failed rows (excluded from every aggregate)."]
+    lines += [f"- {r['impl']} {r['layout']} {r['dtype']} {r['mode']} M={r['m']} N={r['n']} K={r['k']}: {r['error']}"
+              for r in bad[:MAX_FAILURES_LISTED]]
+    return lines
+
+
+def render(doc: dict, comps: dict[tuple[str, str, str], Comparison], effs: dict, ours: str, stat: str) -> str:
+    """The whole report; `comps` is keyed by (mode, layout, dtype)."""
+    out = [f"# {doc['protocol']['shapes']}: {ours} vs baselines", ""] + environment(doc["header"], doc["protocol"])
+    out += ["", f"Speedup = t_baseline / t_{ours} per shape from per-row {stat} times; -max = faster of NN and TN "
+                f"per shape; wins > 1.00, losses < {LOSS_BELOW}."]
+    for layout, dtype in sorted({(k[1], k[2]) for k in comps}):
+        by_mode = {m: c for (m, la, dt), c in comps.items() if (la, dt) == (layout, dtype)}
+        out += ["", f"## {layout.upper()} {dtype}"]
+        t1 = table1(by_mode)
+        if t1:
+            out += ["", "### Table 1 (offline / server)", ""] + t1
+        for mode, comp in sorted(by_mode.items()):
+            sanity = comp.autotune_sanity()
+            out += ["", f"### {mode} mode ({len(comp.ours)} shapes with a valid {ours} time, "
+                        f"{comp.failures.get(ours, 0)} {ours} failures)", ""] + full(comp)
+            out += ["", f"By log2(M*N*K) bucket ({mode}, geomean (n)):", ""] + buckets(comp)
+            out += ["", f"Sanity ({mode}): geomean t(cublaslt-heuristic-max)/t(cublaslt-autotune-max) = "
+                        f"{_f(sanity['geomean_heuristic_over_autotune'])} over {sanity['n']} shapes "
+                        f"-> {'ok' if sanity['ok'] else 'CHECK' if sanity['ok'] is False else 'n/a'}"]
+    out += ["", "## Roofline efficiency", ""] + roofline(effs)
+    out += ["", "## Failures", ""] + failures(doc["rows"])
+    return "\n".join(out) + "\n"

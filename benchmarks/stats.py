@@ -1,0 +1,122 @@
+"""Speedups and their aggregates (docs/EVALUATION.md): per baseline and mode, speedup_s = t_baseline / t_ours;
+geomean, mean, median, std, min, max, wins (> 1.00), losses (< 0.98); "-max" baselines take per shape the faster of
+the NN and TN variant; failed rows are excluded and counted; roofline efficiency per implementation."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from benchmarks.shapes import BUCKET_LABELS, Shape, bucket_of
+
+LOSS_BELOW = 0.98
+WIN_ABOVE = 1.00
+VARIANTS = {"cublas": ("cublas-nn", "cublas-tn"),
+            "cublaslt-heuristic": ("cublaslt-heuristic-nn", "cublaslt-heuristic-tn"),
+            "cublaslt-autotune": ("cublaslt-autotune-nn", "cublaslt-autotune-tn")}
+BASELINES = ("torch",) + tuple(n for fam, pair in VARIANTS.items() for n in (*pair, f"{fam}-max"))
+# The autotuned cuBLASLt must not be slower than the heuristic one on average (geomean ratio), within 1 % noise.
+AUTOTUNE_SANITY_MIN = 0.99
+
+
+def geomean(xs: list[float]) -> float:
+    """Geometric mean of positive values (NaN when empty)."""
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
+
+
+def aggregate(speedups: list[float]) -> dict:
+    """geomean, mean, median, std, min, max, wins, losses and n of a list of speedups."""
+    if not speedups:
+        return {"n": 0, "geomean": None, "mean": None, "median": None, "std": None, "min": None, "max": None,
+                "wins": 0, "losses": 0}
+    return {"n": len(speedups), "geomean": geomean(speedups), "mean": statistics.fmean(speedups),
+            "median": statistics.median(speedups), "std": statistics.pstdev(speedups), "min": min(speedups),
+            "max": max(speedups), "wins": sum(s > WIN_ABOVE for s in speedups),
+            "losses": sum(s < LOSS_BELOW for s in speedups)}
+
+
+def shape_of(row: dict) -> Shape:
+    return row["m"], row["n"], row["k"]
+
+
+def groups(rows: list[dict], ours: str) -> list[tuple[str, str, str]]:
+    """(mode, layout, dtype) combinations for which the run has rows of `ours`."""
+    return sorted({(r["mode"], r["layout"], r["dtype"]) for r in rows if r["impl"] == ours})
+
+
+@dataclass
+class Comparison:
+    """Ours against every baseline for one (mode, layout, dtype): per-shape times of valid rows, failure counts."""
+
+    mode: str
+    layout: str
+    dtype: str
+    ours: dict[Shape, float] = field(default_factory=dict)
+    base: dict[str, dict[Shape, float]] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def speedups(self, baseline: str) -> dict[Shape, float]:
+        """t_baseline / t_ours for shapes where both are valid."""
+        times = self.base.get(baseline, {})
+        return {s: times[s] / t for s, t in self.ours.items() if s in times}
+
+    def summary(self, baseline: str) -> dict:
+        return aggregate(list(self.speedups(baseline).values()))
+
+    def by_bucket(self, baseline: str) -> dict[str, dict]:
+        sp = self.speedups(baseline)
+        return {b: aggregate([v for s, v in sp.items() if bucket_of(s) == b]) for b in BUCKET_LABELS}
+
+    def autotune_sanity(self) -> dict:
+        """geomean of t_heuristic_max / t_autotune_max over shapes where both are valid."""
+        h, a = self.base.get("cublaslt-heuristic-max", {}), self.base.get("cublaslt-autotune-max", {})
+        ratios = [h[s] / a[s] for s in h if s in a]
+        ratio = geomean(ratios) if ratios else None
+        return {"check": "cublaslt-autotune-max at least as fast as cublaslt-heuristic-max on average",
+                "geomean_heuristic_over_autotune": ratio, "n": len(ratios),
+                "ok": None if ratio is None else ratio >= AUTOTUNE_SANITY_MIN}
+
+
+def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",
+            stat: str = "median") -> Comparison:
+    """The Comparison of `ours` (rows in `layout`) with every baseline (torch in `layout`, the fixed-layout ones as
+    measured, plus the -max of each NN/TN pair) in one mode and dtype, using per-row `<stat>_us` times."""
+    comp = Comparison(mode, layout, dtype)
+    for r in rows:
+        if r["mode"] != mode or r["dtype"] != dtype:
+            continue
+        if r["impl"] == ours and r["layout"] == layout:
+            name = ours
+        elif r["impl"] == "torch" and r["layout"] == layout or r["impl"] in BASELINES and r["impl"] != "torch":
+            name = r["impl"]
+        else:
+            continue
+        if not r["ok"]:
+            comp.failures[name] = comp.failures.get(name, 0) + 1
+            continue
+        (comp.ours if name == ours else comp.base.setdefault(name, {}))[shape_of(r)] = r[f"{stat}_us"]
+    for family, (nn, tn) in VARIANTS.items():
+        a, b = comp.base.get(nn, {}), comp.base.get(tn, {})
+        best = {s: min(t for t in (a.get(s), b.get(s)) if t is not None) for s in a.keys() | b.keys()}
+        if best:
+            comp.base[f"{family}-max"] = best
+    return comp
+
+
+def roofline_floor_us(shape: Shape, peak_tflops: float, bandwidth_gbs: float, elem: int = 2) -> float:
+    """max(2MNK / peak, bytes / bandwidth) in microseconds, bytes = A + B + D once."""
+    m, n, k = shape
+    compute = 2 * m * n * k / (peak_tflops * 1e6)
+    memory = elem * (m * k + k * n + m * n) / (bandwidth_gbs * 1e3)
+    return max(compute, memory)
+
+
+def roofline_efficiency(rows: list[dict], roofline: dict, stat: str = "median") -> dict[tuple[str, str, str], dict]:
+    """{(impl, layout, mode): {median, geomean, n}} of floor / time over valid rows (1.0 = at the roofline)."""
+    effs: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        if r["ok"]:
+            floor = roofline_floor_us(shape_of(r), roofline["peak_tflops"], roofline["bandwidth_gbs"])
+            effs.setdefault((r["impl"], r["layout"], r["mode"]), []).append(floor / r[f"{stat}_us"])
+    return {key: {"median": statistics.median(v), "geomean": geomean(v), "n": len(v)}
+            for key, v in sorted(effs.items())}
