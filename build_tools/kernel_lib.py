@@ -128,10 +128,16 @@ def headers_digest() -> str:
 
 
 def object_key(source: Path, flags: list[str]) -> str:
-    """Content hash of one compile: source, repository headers, CUTLASS headers' version, flags, compiler."""
+    """Content hash of one compile: source, repository headers, CUTLASS version, flags, compiler.
+
+    Include paths are left out (they differ between machines; what they point to is hashed or pinned), so objects
+    built on one machine are reused on another.
+    """
     h = hashlib.sha256()
-    for part in (source.read_bytes(), headers_digest().encode(), str(cutlass_include_dir()).encode(),
-                 CUTLASS_PIN.encode(), " ".join(flags).encode(), nvcc_version().encode()):
+    portable_flags = [f for f in flags if not f.startswith("-I")]
+    cutlass = os.environ.get("CUTLASS_DIR", CUTLASS_PIN)
+    for part in (source.read_bytes(), headers_digest().encode(), cutlass.encode(), " ".join(portable_flags).encode(),
+                 nvcc_version().encode()):
         h.update(part)
         h.update(b"\0")
     return h.hexdigest()[:24]

@@ -1,0 +1,29 @@
+"""cudal2_ops: tuned fp16/bf16 GEMM for NVIDIA GPUs with torch semantics.
+
+    import cudal2_ops
+    y = cudal2_ops.matmul(a, b)            # torch.matmul semantics, b [K, N]
+    y = cudal2_ops.linear(x, w, bias)      # F.linear semantics, w [N, K]
+    cudal2_ops.explain(a, b)               # which kernel or cuBLASLt algorithm runs, and why
+
+Per-GPU tables pick a tuned kernel where it beat cuBLASLt; everything else runs cuBLASLt (autotuned with
+CUDAL2_TUNE=1) or, for non-CUDA / non-half inputs, torch itself.
+"""
+from __future__ import annotations
+
+import atexit
+
+from cudal2_ops import _extension
+from cudal2_ops.ops import explain, is_available, linear, matmul
+
+__version__ = "0.1.0"
+__all__ = ["matmul", "linear", "explain", "is_available", "__version__"]
+
+
+def _save_tuning_at_exit() -> None:
+    from cudal2_ops import tuning_cache
+
+    tuning_cache.save_from_dispatcher()
+
+
+if _extension._C is not None and _extension.env_flag("CUDAL2_TUNE"):
+    atexit.register(_save_tuning_at_exit)

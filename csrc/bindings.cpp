@@ -1,0 +1,229 @@
+// Python bindings of the extension `cudal2_ops._C`: op registration (torch.ops.cudal2.*), the eager fast path,
+// kernel libraries, tables, configuration, introspection and low-level entry points for tests and benchmarks.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <chrono>
+
+#include "baselines_cublas.h"
+#include "cublaslt_gemm.h"
+#include "dispatch.h"
+#include "gemm_ops.h"
+#include "gemm_route.h"
+#include "kernel_registry.h"
+
+namespace cudal2 {
+namespace {
+
+cudal2_layout parse_layout(const std::string& layout) {
+  TORCH_CHECK(layout == "nn" || layout == "nt", "layout must be 'nn' (b is [K, N]) or 'nt' (b is [N, K]), got '",
+              layout, "'");
+  return layout == "nt" ? CUDAL2_NT : CUDAL2_NN;
+}
+
+// Routes (a, b in `layout`, bias) into `out` for the low-level entry points, which accept only routable tensors.
+Route route_low_level(const char* what, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                      const at::Tensor& out, const std::string& layout) {
+  const at::Tensor b_kn = parse_layout(layout) == CUDAL2_NT ? b.t() : b;
+  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  check_gemm_inputs(what, a, b_kn, bias_ptr);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b_kn.size(0), what, ": need a [M, K] and b [K, N] (nn) "
+              "or [N, K] (nt); got ", a.sizes(), " and ", b.sizes(), " with layout ", layout);
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b_kn.size(1) &&
+              out.scalar_type() == a.scalar_type() && out.device() == a.device(), what, ": out must be [M, N] = [",
+              a.size(0), ", ", b_kn.size(1), "] of dtype ", a.scalar_type(), " on ", a.device(), ", got ", out.sizes());
+  Route route = route_gemm(a, b_kn, bias_ptr, &out);
+  TORCH_CHECK(route.ours, what, ": these tensors cannot take the tuned path: ", route.torch_reason);
+  return route;
+}
+
+void cublaslt_matmul(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, at::Tensor& out,
+                     const std::string& layout, const std::string& policy) {
+  TORCH_CHECK(policy == "heuristic" || policy == "autotune", "policy must be 'heuristic' or 'autotune', got '", policy,
+              "'");
+  c10::cuda::CUDAGuard guard(a.device());
+  Route route = route_low_level("cudal2 cublaslt_matmul", a, b, bias, out, layout);
+  const GemmArgs& g = route.args;
+  const bool ok = CublasLtGemm::instance().run(
+      g, policy == "autotune" ? LtPolicy::kAutotune : LtPolicy::kHeuristic, workspace_for(g.device, g.stream));
+  TORCH_CHECK(ok, "cudal2 cublaslt_matmul: cuBLASLt has no algorithm for this problem");
+}
+
+void run_kernel(const std::string& name, const at::Tensor& a, const at::Tensor& b,
+                const std::optional<at::Tensor>& bias, at::Tensor& out, const std::string& layout, int splits,
+                int swizzle, int raster) {
+  const cudal2_kernel* kernel = KernelRegistry::instance().find(name);
+  TORCH_CHECK(kernel != nullptr, "cudal2 run_kernel: no kernel named '", name, "' is loaded");
+  c10::cuda::CUDAGuard guard(a.device());
+  Route route = route_low_level("cudal2 run_kernel", a, b, bias, out, layout);
+  const GemmArgs& g = route.args;
+  const cudal2_problem p = make_problem(g, TableEntry{kernel, splits, swizzle, raster}, workspace_for(g.device, g.stream),
+                                        at::cuda::getDeviceProperties(g.device)->multiProcessorCount);
+  const cudal2_status status = kernel->launch(&p);
+  TORCH_CHECK(status == CUDAL2_OK, "cudal2 run_kernel: kernel ", name, " returned status ", static_cast<int>(status),
+              " for M=", g.m, " N=", g.n, " K=", g.k, " (1 unsupported, 2 workspace, 3 launch failed, 4 bad argument)");
+}
+
+// Which path a call would take, and why (no GPU work except cuBLASLt's host-side heuristic query).
+pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::optional<at::Tensor>& bias) {
+  pybind11::dict out;
+  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
+  Route route = route_gemm(a, b_kn, bias_ptr, nullptr);
+  if (!route.ours) {
+    out["path"] = "torch";
+    out["reason"] = route.torch_reason;
+    return out;
+  }
+  const GemmArgs& g = route.args;
+  out["layout"] = g.layout == CUDAL2_NT ? "nt" : "nn";
+  out["dtype"] = g.dtype == CUDAL2_BF16 ? "bf16" : "fp16";
+  out["m"] = g.m;
+  out["n"] = g.n;
+  out["k"] = g.k;
+  const Decision d = Dispatcher::instance().decide(g);
+  out["reason"] = d.reason;
+  if (d.path == Path::kKernel) {
+    out["path"] = "kernel";
+    out["kernel"] = d.entry.kernel->name;
+    out["family"] = d.entry.kernel->family;
+    out["splits"] = d.entry.splits;
+    out["swizzle"] = d.entry.swizzle;
+    out["raster"] = d.entry.raster;
+    return out;
+  }
+  GemmArgs probe = g;
+  probe.d = a.data_ptr();  // any 16-byte aligned address: only alignment matters to the plan
+  probe.ldd = g.n;
+  const LtChoice lt = CublasLtGemm::instance().describe(probe);
+  out["path"] = lt.available ? "cublaslt" : "torch";
+  out["cublaslt_policy"] = d.lt_policy == LtPolicy::kAutotune ? "autotune" : (lt.tuned ? "tuned" : "heuristic");
+  out["cublaslt_candidate"] = lt.candidate_index;
+  out["cublaslt_candidates"] = lt.candidate_count;
+  out["cublaslt_tuned_us"] = lt.tuned_us;
+  if (!lt.available) out["reason"] = d.reason + "; cuBLASLt has no algorithm, torch runs it";
+  return out;
+}
+
+// Nanoseconds per dispatch decision (route + table lookup + cuBLASLt plan lookup), no GPU work.
+double time_dispatch(const at::Tensor& a, const at::Tensor& b_kn, int iters) {
+  c10::cuda::CUDAGuard guard(a.device());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    Route route = route_gemm(a, b_kn, nullptr, nullptr);
+    TORCH_CHECK(route.ours, "time_dispatch: tensors cannot take the tuned path: ", route.torch_reason);
+    route.args.d = a.data_ptr();
+    route.args.ldd = route.args.n;
+    const Decision d = Dispatcher::instance().decide(route.args);
+    if (d.path == Path::kCublasLt) CublasLtGemm::instance().describe(route.args);
+    (void)workspace_for(route.args.device, route.args.stream);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / std::max(iters, 1);
+}
+
+// entries: (layout, dtype, m, n, k, kernel name, splits, swizzle, raster). Returns the names of kernels not loaded.
+std::vector<std::string> set_table(int device, const std::vector<std::tuple<std::string, std::string, int64_t, int64_t,
+                                                                             int64_t, std::string, int, int, int>>& rows,
+                                   bool nearest_m_up) {
+  std::vector<std::pair<ShapeKey, TableEntry>> entries;
+  std::vector<std::string> missing;
+  for (const auto& [layout, dtype, m, n, k, name, splits, swizzle, raster] : rows) {
+    const cudal2_kernel* kernel = KernelRegistry::instance().find(name);
+    if (kernel == nullptr) {
+      missing.push_back(name);
+      continue;
+    }
+    TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "table dtype must be fp16 or bf16, got ", dtype);
+    entries.push_back({ShapeKey{parse_layout(layout), dtype == "bf16" ? CUDAL2_BF16 : CUDAL2_FP16, m, n, k},
+                       TableEntry{kernel, splits, swizzle, raster}});
+  }
+  Dispatcher::instance().set_table(device, entries, nearest_m_up);
+  return missing;
+}
+
+pybind11::dict kernel_info(const std::string& name) {
+  const cudal2_kernel* k = KernelRegistry::instance().find(name);
+  TORCH_CHECK(k != nullptr, "no kernel named '", name, "' is loaded");
+  pybind11::dict d;
+  d["name"] = k->name;
+  d["family"] = k->family;
+  d["sm_min"] = k->sm_min;
+  d["sm_max"] = k->sm_max;
+  d["dtype"] = k->dtype == CUDAL2_BF16 ? "bf16" : "fp16";
+  d["layout"] = k->layout == CUDAL2_NT ? "nt" : "nn";
+  d["has_bias"] = static_cast<bool>(k->has_bias);
+  return d;
+}
+
+}  // namespace
+}  // namespace cudal2
+
+TORCH_LIBRARY(cudal2, m) {
+  m.set_python_module("cudal2_ops.ops");
+  m.def("matmul(Tensor a, Tensor b) -> Tensor");
+  m.def("matmul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor");
+}
+
+// The same entry points serve CPU (they defer to torch there) and CUDA; fake and autograd kernels are in Python.
+TORCH_LIBRARY_IMPL(cudal2, CPU, m) {
+  m.impl("matmul", &cudal2::matmul);
+  m.impl("matmul.out", &cudal2::matmul_out);
+  m.impl("linear", &cudal2::linear);
+}
+
+TORCH_LIBRARY_IMPL(cudal2, CUDA, m) {
+  m.impl("matmul", &cudal2::matmul);
+  m.impl("matmul.out", &cudal2::matmul_out);
+  m.impl("linear", &cudal2::linear);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace cudal2;
+  m.doc() = "cudal2 compiled extension: dispatcher, cuBLASLt fallback, kernel registry";
+  m.def("matmul", &cudal2::matmul, "Eager fast path of cudal2.matmul (no autograd).");
+  m.def("linear", &cudal2::linear, "Eager fast path of cudal2.linear (no autograd).");
+  m.def("load_kernel_library", [](const std::string& path) { return KernelRegistry::instance().load_library(path); },
+        "Loads a kernel library (.so); returns the number of kernels added.");
+  m.def("kernel_names", [] { return KernelRegistry::instance().names(); });
+  m.def("kernel_libraries", [] { return KernelRegistry::instance().libraries(); });
+  m.def("kernel_info", &kernel_info);
+  m.def("set_table", &set_table, "Installs a device's table; returns the kernel names that are not loaded.");
+  m.def("set_table_loader", [](pybind11::function loader) {
+    // The dispatcher is never destroyed, so the Python callable it holds is never released after finalisation.
+    auto* held = new pybind11::function(std::move(loader));
+    Dispatcher::instance().set_table_loader([held](int device) {
+      pybind11::gil_scoped_acquire gil;
+      try {
+        (*held)(device);
+      } catch (pybind11::error_already_set& e) {
+        PyErr_WarnEx(PyExc_RuntimeWarning, (std::string("cudal2: loading the table failed: ") + e.what()).c_str(), 1);
+      }
+    });
+  });
+  m.def("table_size", [](int device) { return Dispatcher::instance().table_size(device); });
+  m.def("set_config", [](bool kernels_enabled, bool tuning, bool print_configs) {
+    Dispatcher::instance().set_config(DispatchConfig{kernels_enabled, tuning, print_configs});
+  });
+  m.def("get_config", [] {
+    const DispatchConfig c = Dispatcher::instance().config();
+    return std::make_tuple(c.kernels_enabled, c.tuning, c.print_configs);
+  });
+  m.def("explain", &explain);
+  m.def("time_dispatch", &time_dispatch);
+  m.def("cublaslt_matmul", &cublaslt_matmul, "cuBLASLt with the top heuristic or the autotuned algorithm.");
+  m.def("run_kernel", &run_kernel, "Runs one loaded kernel by name (tests, search).");
+  m.def("tuned_records", [] {
+    std::vector<std::tuple<std::string, std::string, float>> out;
+    for (const auto& r : CublasLtGemm::instance().tuned_records()) out.emplace_back(r.key, r.algo_hex, r.us);
+    return out;
+  });
+  m.def("add_known_algo", [](const std::string& key, const std::string& algo_hex) {
+    CublasLtGemm::instance().add_known_algo(key, algo_hex);
+  });
+  m.def("cublaslt_version", [] { return static_cast<int64_t>(cublasLtGetVersion()); });
+  register_cublas_baseline(m);
+}

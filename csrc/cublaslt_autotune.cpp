@@ -1,0 +1,64 @@
+// Times cuBLASLt's heuristic candidates for one problem and picks the fastest (median of several samples).
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "cublaslt_gemm.h"
+
+namespace cudal2 {
+namespace {
+
+constexpr int kSamples = 5;
+constexpr double kTargetSampleUs = 200.0;  // calls per sample are scaled so that one sample takes about this long
+constexpr int kMaxCallsPerSample = 50;
+constexpr double kBudgetMs = 400.0;  // per problem: later candidates are skipped once this is spent
+
+// Median time per call (us) of `algo`, or a negative value when a call fails.
+float time_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const Workspace& ws,
+                cudaEvent_t start, cudaEvent_t stop) {
+  if (lt_matmul(g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;  // warm-up
+  cudaEventRecord(start, g.stream);
+  if (lt_matmul(g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;
+  cudaEventRecord(stop, g.stream);
+  cudaEventSynchronize(stop);
+  float first_ms = 0.f;
+  cudaEventElapsedTime(&first_ms, start, stop);
+  const int calls = std::clamp(static_cast<int>(kTargetSampleUs / std::max(1.0, first_ms * 1e3)), 1,
+                               kMaxCallsPerSample);
+  std::vector<float> samples;
+  for (int s = 0; s < kSamples; ++s) {
+    cudaEventRecord(start, g.stream);
+    for (int i = 0; i < calls; ++i) lt_matmul(g, plan, algo, ws);
+    cudaEventRecord(stop, g.stream);
+    cudaEventSynchronize(stop);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, start, stop);
+    samples.push_back(ms * 1e3f / calls);
+  }
+  std::nth_element(samples.begin(), samples.begin() + kSamples / 2, samples.end());
+  return samples[kSamples / 2];
+}
+
+}  // namespace
+
+int autotune_candidates(const GemmArgs& g, LtPlan& plan, const Workspace& ws, float* best_us) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
+    const double spent_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0 && spent_ms > kBudgetMs) break;
+    const float us = time_algo(g, plan, plan.candidates[i].algo, ws, start, stop);
+    if (us > 0.f && (best < 0 || us < *best_us)) {
+      best = i;
+      *best_us = us;
+    }
+  }
+  cudaGetLastError();  // a failing candidate must not leave a sticky launch error behind
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+}  // namespace cudal2

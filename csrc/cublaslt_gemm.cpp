@@ -1,0 +1,218 @@
+// cuBLASLt fallback: descriptor and heuristic cache per problem; tuned algorithms from this process or a file.
+#include "cublaslt_gemm.h"
+
+#include <ATen/cuda/CUDAContext.h>
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace cudal2 {
+namespace {
+
+constexpr int kMaxCandidates = 100;
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string("cudal2: cuBLASLt ") + what + " failed with status " +
+                             std::to_string(static_cast<int>(status)));
+  }
+}
+
+cudaDataType_t cuda_type(int dtype) { return dtype == CUDAL2_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+std::string to_hex(const void* data, size_t bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    out.push_back(digits[p[i] >> 4]);
+    out.push_back(digits[p[i] & 15]);
+  }
+  return out;
+}
+
+bool from_hex(const std::string& hex, void* data, size_t bytes) {
+  if (hex.size() != 2 * bytes) return false;
+  auto* p = static_cast<unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    unsigned value = 0;
+    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &value) != 1) return false;
+    p[i] = static_cast<unsigned char>(value);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool LtPlanKey::operator==(const LtPlanKey& o) const {
+  return device == o.device && dtype == o.dtype && layout == o.layout && m == o.m && n == o.n && k == o.k &&
+         lda == o.lda && ldb == o.ldb && ldd == o.ldd && has_bias == o.has_bias && align_a == o.align_a &&
+         align_b == o.align_b && align_d == o.align_d && align_bias == o.align_bias;
+}
+
+std::string LtPlanKey::str() const {
+  std::ostringstream s;
+  s << (layout == CUDAL2_NT ? "nt" : "nn") << '_' << (dtype == CUDAL2_BF16 ? "bf16" : "fp16") << '_' << m << '_' << n
+    << '_' << k << "_ld" << lda << '_' << ldb << '_' << ldd << "_bias" << has_bias << "_al" << align_a << '_'
+    << align_b << '_' << align_d << '_' << align_bias;
+  return s.str();
+}
+
+size_t LtPlanKeyHash::operator()(const LtPlanKey& k) const {
+  size_t h = ShapeKeyHash()(ShapeKey{k.layout, k.dtype, k.m, k.n, k.k});
+  for (int64_t v : {k.lda, k.ldb, k.ldd, int64_t(k.device), int64_t(k.has_bias), int64_t(k.align_a),
+                    int64_t(k.align_b), int64_t(k.align_d), int64_t(k.align_bias)}) {
+    h = h * 1000003u ^ std::hash<int64_t>()(v);
+  }
+  return h;
+}
+
+LtPlanKey lt_plan_key(const GemmArgs& g) {
+  return LtPlanKey{g.device, g.dtype, g.layout, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.bias != nullptr ? 1 : 0,
+                   pointer_alignment(g.a), pointer_alignment(g.b), pointer_alignment(g.d),
+                   g.bias != nullptr ? pointer_alignment(g.bias) : 16};
+}
+
+LtPlan::~LtPlan() {
+  if (layout_a) cublasLtMatrixLayoutDestroy(layout_a);
+  if (layout_b) cublasLtMatrixLayoutDestroy(layout_b);
+  if (layout_d) cublasLtMatrixLayoutDestroy(layout_d);
+  if (desc) cublasLtMatmulDescDestroy(desc);
+}
+
+CublasLtGemm& CublasLtGemm::instance() {
+  static auto* gemm = new CublasLtGemm();  // leaked: plans must outlive static destruction order
+  return *gemm;
+}
+
+// Column-major view of the row-major problem: D^T[N, M] = op(B)^T[N, K] @ A^T[K, M]. cuBLASLt's "A" is our B and its
+// "B" is our A; the bias runs along cuBLASLt's rows, i.e. our N.
+std::shared_ptr<LtPlan> CublasLtGemm::plan_for(const GemmArgs& g, const LtPlanKey& key) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+  }
+  auto plan = std::make_shared<LtPlan>();
+  const cudaDataType_t type = cuda_type(g.dtype);
+  check_lt(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  const cublasOperation_t trans_a = g.layout == CUDAL2_NT ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_b = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)), "TRANSA");
+  check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)), "TRANSB");
+  if (g.bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+             "EPILOGUE");
+  }
+  if (g.layout == CUDAL2_NT) {
+    check_lt(cublasLtMatrixLayoutCreate(&plan->layout_a, type, g.k, g.n, g.ldb), "layout B");
+  } else {
+    check_lt(cublasLtMatrixLayoutCreate(&plan->layout_a, type, g.n, g.k, g.ldb), "layout B");
+  }
+  check_lt(cublasLtMatrixLayoutCreate(&plan->layout_b, type, g.k, g.m, g.lda), "layout A");
+  check_lt(cublasLtMatrixLayoutCreate(&plan->layout_d, type, g.n, g.m, g.ldd), "layout D");
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+  const uint64_t ws_bytes = kWorkspaceBytes;
+  const uint32_t align_a = key.align_b, align_b = key.align_a, align_cd = key.align_d;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd, sizeof(align_cd));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd, sizeof(align_cd));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(kMaxCandidates);
+  int returned = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(at::cuda::getCurrentCUDABlasLtHandle(), plan->desc, plan->layout_a,
+                                     plan->layout_b, plan->layout_d, plan->layout_d, pref, kMaxCandidates,
+                                     results.data(), &returned);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    for (int i = 0; i < returned; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i]);
+    }
+  }
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto known = known_algos_.find(key.str());
+  if (known != known_algos_.end() && !plan->candidates.empty()) {
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(at::cuda::getCurrentCUDABlasLtHandle(), plan->desc, plan->layout_a, plan->layout_b,
+                                plan->layout_d, plan->layout_d, &known->second, &check) == CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= kWorkspaceBytes) {
+      plan->tuned = true;
+      plan->tuned_algo = known->second;
+    }
+  }
+  return plans_.emplace(key, plan).first->second;
+}
+
+cublasStatus_t lt_matmul(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const Workspace& ws) {
+  if (g.bias != nullptr) {
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias));
+  }
+  const float alpha = 1.f, beta = 0.f;
+  return cublasLtMatmul(at::cuda::getCurrentCUDABlasLtHandle(), plan.desc, &alpha, g.b, plan.layout_a, g.a,
+                        plan.layout_b, &beta, g.d, plan.layout_d, g.d, plan.layout_d, &algo, ws.ptr, ws.bytes,
+                        g.stream);
+}
+
+void CublasLtGemm::tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(g.stream, &capture);
+  if (capture != cudaStreamCaptureStatusNone || plan.candidates.empty()) return;  // cannot time while capturing
+  float best_us = 0.f;
+  const int best = autotune_candidates(g, plan, ws, &best_us);
+  if (best < 0) return;
+  plan.tuned = true;
+  plan.tuned_index = best;
+  plan.tuned_algo = plan.candidates[best].algo;
+  plan.tuned_us = best_us;
+}
+
+bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws) {
+  const LtPlanKey key = lt_plan_key(g);
+  std::shared_ptr<LtPlan> plan = plan_for(g, key);
+  if (plan->candidates.empty()) return false;
+  std::lock_guard<std::mutex> lock(plan->mutex);
+  if (policy == LtPolicy::kAutotune && !plan->tuned) tune(g, *plan, ws);
+  const bool use_tuned = policy != LtPolicy::kHeuristic && plan->tuned;
+  const cublasLtMatmulAlgo_t& algo = use_tuned ? plan->tuned_algo : plan->candidates[0].algo;
+  return lt_matmul(g, *plan, algo, ws) == CUBLAS_STATUS_SUCCESS;
+}
+
+LtChoice CublasLtGemm::describe(const GemmArgs& g) {
+  const LtPlanKey key = lt_plan_key(g);
+  std::shared_ptr<LtPlan> plan = plan_for(g, key);
+  std::lock_guard<std::mutex> lock(plan->mutex);
+  return LtChoice{!plan->candidates.empty(), plan->tuned, plan->tuned ? plan->tuned_index : 0,
+                  static_cast<int>(plan->candidates.size()), plan->tuned_us, key.str()};
+}
+
+std::vector<CublasLtGemm::TunedRecord> CublasLtGemm::tuned_records() {
+  std::vector<TunedRecord> out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& kv : plans_) {
+    std::lock_guard<std::mutex> plan_lock(kv.second->mutex);
+    if (kv.second->tuned && kv.second->tuned_index >= 0) {
+      out.push_back({kv.first.str(), to_hex(&kv.second->tuned_algo, sizeof(cublasLtMatmulAlgo_t)),
+                     kv.second->tuned_us});
+    }
+  }
+  return out;
+}
+
+void CublasLtGemm::add_known_algo(const std::string& key, const std::string& algo_hex) {
+  cublasLtMatmulAlgo_t algo{};
+  if (!from_hex(algo_hex, &algo, sizeof(algo))) {
+    throw std::invalid_argument("cudal2: malformed cuBLASLt algorithm for " + key);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  known_algos_[key] = algo;
+}
+
+}  // namespace cudal2

@@ -1,0 +1,188 @@
+// Dispatch decisions and their execution.
+#include "dispatch.h"
+
+#include <ATen/cuda/CUDAContext.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "kernel_registry.h"
+
+namespace cudal2 {
+namespace {
+
+struct DeviceInfo {
+  int cc;
+  int sm_count;
+};
+
+DeviceInfo device_info(int device) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
+  return {prop->major * 10 + prop->minor, prop->multiProcessorCount};
+}
+
+}  // namespace
+
+cudal2_problem make_problem(const GemmArgs& g, const TableEntry& e, const Workspace& ws, int sm_count) {
+  cudal2_problem p{};
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.a = g.a;
+  p.lda = g.lda;
+  p.b = g.b;
+  p.ldb = g.ldb;
+  p.d = g.d;
+  p.ldd = g.ldd;
+  p.bias = g.bias;
+  p.dtype = g.dtype;
+  p.layout = g.layout;
+  p.workspace = ws.ptr;
+  p.workspace_bytes = ws.bytes;
+  p.stream = g.stream;
+  p.sm_count = sm_count;
+  p.splits = e.splits;
+  p.swizzle = e.swizzle;
+  p.raster = e.raster;
+  return p;
+}
+
+Dispatcher& Dispatcher::instance() {
+  static auto* dispatcher = new Dispatcher();
+  return *dispatcher;
+}
+
+void Dispatcher::set_table(int device, const std::vector<std::pair<ShapeKey, TableEntry>>& entries,
+                           bool nearest_m_up) {
+  auto t = std::make_shared<DeviceTable>();
+  t->nearest_m_up = nearest_m_up;
+  for (const auto& kv : entries) {
+    t->entries[kv.first] = kv.second;
+    t->tuned_m[ShapeFamilyKey{kv.first.layout, kv.first.dtype, kv.first.n, kv.first.k}].push_back(kv.first.m);
+  }
+  for (auto& kv : t->tuned_m) std::sort(kv.second.begin(), kv.second.end());
+  std::lock_guard<std::mutex> lock(mutex_);
+  tables_[device] = std::move(t);
+  logged_.clear();
+}
+
+size_t Dispatcher::table_size(int device) const {
+  auto t = table(device);
+  return t ? t->entries.size() : 0;
+}
+
+void Dispatcher::set_table_loader(std::function<void(int)> loader) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  table_loader_ = std::move(loader);
+  table_requested_.clear();
+  requested_mask_ = 0;
+}
+
+void Dispatcher::request_table(int device) {
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (requested_mask_.load(std::memory_order_acquire) & bit) != 0) return;
+  std::function<void(int)> loader;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!table_loader_) return;
+    requested_mask_.fetch_or(bit, std::memory_order_acq_rel);
+    if (!table_requested_.emplace(device, true).second) return;
+    loader = table_loader_;
+  }
+  loader(device);  // outside the lock: the loader calls set_table
+}
+
+std::shared_ptr<const Dispatcher::DeviceTable> Dispatcher::table(int device) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = tables_.find(device);
+  return it == tables_.end() ? nullptr : it->second;
+}
+
+void Dispatcher::set_config(const DispatchConfig& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  config_ = config;
+  logged_.clear();
+}
+
+DispatchConfig Dispatcher::config() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return config_;
+}
+
+bool Dispatcher::kernel_fits(const TableEntry& e, const GemmArgs& g, int cc, int sm_count) const {
+  if (e.kernel == nullptr || !KernelRegistry::instance().runnable_on(e.kernel, cc)) return false;
+  if (g.bias != nullptr && !e.kernel->has_bias) return false;
+  const Workspace no_ws{nullptr, kWorkspaceBytes};
+  const cudal2_problem p = make_problem(g, e, no_ws, sm_count);
+  return e.kernel->can_implement(&p) == CUDAL2_OK && e.kernel->workspace_size(&p) <= kWorkspaceBytes;
+}
+
+Decision Dispatcher::decide(const GemmArgs& g) {
+  const DispatchConfig cfg = config();
+  Decision d;
+  d.lt_policy = cfg.tuning ? LtPolicy::kAutotune : LtPolicy::kCached;
+  request_table(g.device);
+  auto t = table(g.device);
+  if (!cfg.kernels_enabled) {
+    d.reason = "table kernels disabled (CUDAL2_DISABLE_KERNELS)";
+  } else if (!t || t->entries.empty()) {
+    d.reason = "no table loaded for this GPU";
+  } else {
+    const DeviceInfo info = device_info(g.device);
+    auto hit = t->entries.find(shape_key(g));
+    if (hit != t->entries.end()) {
+      if (kernel_fits(hit->second, g, info.cc, info.sm_count)) {
+        d.path = Path::kKernel;
+        d.entry = hit->second;
+        d.reason = "table: exact hit";
+      } else {
+        d.reason = "table hit, but its kernel cannot run this call (alignment, strides, bias or arch)";
+      }
+    } else if (t->nearest_m_up) {
+      auto fam = t->tuned_m.find(ShapeFamilyKey{g.layout, g.dtype, g.n, g.k});
+      if (fam != t->tuned_m.end()) {
+        auto m_up = std::lower_bound(fam->second.begin(), fam->second.end(), g.m);
+        if (m_up != fam->second.end()) {
+          const TableEntry& e = t->entries.at(ShapeKey{g.layout, g.dtype, *m_up, g.n, g.k});
+          if (kernel_fits(e, g, info.cc, info.sm_count)) {
+            d.path = Path::kKernel;
+            d.entry = e;
+            d.reason = "table: nearest tuned M above (" + std::to_string(*m_up) + ")";
+          }
+        }
+      }
+      if (d.path != Path::kKernel) d.reason = "no table entry for this shape";
+    } else {
+      d.reason = "no table entry for this shape";
+    }
+  }
+  if (cfg.print_configs) log_once(g, d);
+  return d;
+}
+
+void Dispatcher::log_once(const GemmArgs& g, const Decision& d) {
+  std::ostringstream key;
+  key << (g.layout == CUDAL2_NT ? "nt" : "nn") << '_' << (g.dtype == CUDAL2_BF16 ? "bf16" : "fp16") << '_' << g.m
+      << '_' << g.n << '_' << g.k << (g.bias ? "_bias" : "") << "@cuda:" << g.device;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!logged_.emplace(key.str(), true).second) return;
+  }
+  const char* lt = d.lt_policy == LtPolicy::kAutotune ? "cublaslt (autotune)" : "cublaslt (heuristic or cached tune)";
+  std::fprintf(stderr, "[cudal2] %s -> %s (%s)\n", key.str().c_str(),
+               d.path == Path::kKernel ? d.entry.kernel->name : lt, d.reason.c_str());
+}
+
+bool Dispatcher::run(const GemmArgs& g) {
+  const Decision d = decide(g);
+  const Workspace ws = workspace_for(g.device, g.stream);
+  if (d.path == Path::kKernel) {
+    const cudal2_problem p = make_problem(g, d.entry, ws, device_info(g.device).sm_count);
+    if (d.entry.kernel->launch(&p) == CUDAL2_OK) return true;
+    cudaGetLastError();  // clear a failed launch and fall back
+  }
+  return CublasLtGemm::instance().run(g, d.lt_policy, ws);
+}
+
+}  // namespace cudal2

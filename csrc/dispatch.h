@@ -1,0 +1,92 @@
+// The dispatcher: per call, table kernel (exact hit, or a nearest-M rule the table allows) else cuBLASLt.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cublaslt_gemm.h"
+#include "gemm_args.h"
+
+namespace cudal2 {
+
+struct TableEntry {
+  const cudal2_kernel* kernel = nullptr;
+  int splits = 0, swizzle = 0, raster = 0;
+};
+
+enum class Path { kKernel, kCublasLt };
+
+struct Decision {
+  Path path = Path::kCublasLt;
+  TableEntry entry;
+  LtPolicy lt_policy = LtPolicy::kCached;
+  std::string reason;
+};
+
+struct DispatchConfig {
+  bool kernels_enabled = true;  // CUDAL2_DISABLE_KERNELS=1 turns table kernels off
+  bool tuning = false;          // CUDAL2_TUNE=1: autotune cuBLASLt on a miss
+  bool print_configs = false;   // CUDAL2_PRINT_CONFIGS=1: log each new decision once
+};
+
+class Dispatcher {
+ public:
+  static Dispatcher& instance();
+
+  // Replaces the table of `device`. `nearest_m_up`: a miss may use the entry of the smallest tuned M' >= M with the
+  // same (layout, dtype, N, K), a rule the search validated for this table.
+  void set_table(int device, const std::vector<std::pair<ShapeKey, TableEntry>>& entries, bool nearest_m_up);
+  size_t table_size(int device) const;
+
+  // Called once per device, before its first decision, to install that device's table (from Python).
+  void set_table_loader(std::function<void(int)> loader);
+
+  void set_config(const DispatchConfig& config);
+  DispatchConfig config() const;
+
+  Decision decide(const GemmArgs& g);
+
+  // Runs g on g.stream; false when neither a kernel nor cuBLASLt can (the caller then uses torch).
+  bool run(const GemmArgs& g);
+
+ private:
+  struct ShapeFamilyKey {
+    int32_t layout, dtype;
+    int64_t n, k;
+    bool operator==(const ShapeFamilyKey& o) const {
+      return layout == o.layout && dtype == o.dtype && n == o.n && k == o.k;
+    }
+  };
+  struct ShapeFamilyHash {
+    size_t operator()(const ShapeFamilyKey& s) const { return ShapeKeyHash()(ShapeKey{s.layout, s.dtype, 0, s.n, s.k}); }
+  };
+  struct DeviceTable {
+    std::unordered_map<ShapeKey, TableEntry, ShapeKeyHash> entries;
+    std::unordered_map<ShapeFamilyKey, std::vector<int64_t>, ShapeFamilyHash> tuned_m;  // sorted
+    bool nearest_m_up = false;
+  };
+
+  std::shared_ptr<const DeviceTable> table(int device) const;
+  void request_table(int device);
+  bool kernel_fits(const TableEntry& entry, const GemmArgs& g, int cc, int sm_count) const;
+  void log_once(const GemmArgs& g, const Decision& d);
+
+  mutable std::mutex mutex_;
+  std::unordered_map<int, std::shared_ptr<const DeviceTable>> tables_;
+  DispatchConfig config_;
+  std::unordered_map<std::string, bool> logged_;
+  std::function<void(int)> table_loader_;
+  std::unordered_map<int, bool> table_requested_;
+  std::atomic<uint64_t> requested_mask_{0};  // lock-free "already requested" for devices 0..63
+};
+
+// The problem descriptor a table kernel receives for g with the entry's knobs.
+cudal2_problem make_problem(const GemmArgs& g, const TableEntry& e, const Workspace& ws, int sm_count);
+
+}  // namespace cudal2

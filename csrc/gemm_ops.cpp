@@ -1,0 +1,72 @@
+// GEMM entry points: validate, route, dispatch; torch runs whatever the dispatcher cannot.
+#include "gemm_ops.h"
+
+#include <ATen/MemoryOverlap.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "dispatch.h"
+#include "gemm_route.h"
+
+namespace cudal2 {
+namespace {
+
+std::vector<int64_t> output_sizes(const at::Tensor& a, int64_t n) {
+  std::vector<int64_t> sizes(a.sizes().begin(), a.sizes().end());
+  sizes.back() = n;
+  return sizes;
+}
+
+// Dispatches a routed call into the [M, N] view of `out`. False: the caller must run torch instead.
+bool dispatch_into(Route& route, const at::Tensor& out) {
+  const at::Tensor out2d = out.view({route.args.m, route.args.n});
+  route.args.d = out2d.data_ptr();
+  route.args.ldd = route.args.n;
+  return Dispatcher::instance().run(route.args);
+}
+
+}  // namespace
+
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() < 2 || b.dim() != 2) return at::matmul(a, b);
+  check_gemm_inputs("cudal2.matmul", a, b, nullptr);
+  TORCH_CHECK(a.size(-1) == b.size(0), "cudal2.matmul: shapes ", a.sizes(), " and ", b.sizes(),
+              " cannot be multiplied (a's last dim ", a.size(-1), " must equal b's first dim ", b.size(0), ")");
+  c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
+  Route route = route_gemm(a, b, nullptr, nullptr);
+  if (!route.ours) return at::matmul(a, b);
+  at::Tensor out = at::empty(output_sizes(a, route.args.n), a.options());
+  return dispatch_into(route, out) ? out : at::matmul(a, b);
+}
+
+at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  const bool simple = a.dim() >= 2 && b.dim() == 2 && out.is_contiguous() && out.device() == a.device() &&
+                      out.scalar_type() == a.scalar_type() && a.size(-1) == b.size(0) &&
+                      out.sizes() == c10::IntArrayRef(output_sizes(a, b.size(1))) &&
+                      at::get_overlap_status(out, a) == at::MemOverlapStatus::No &&
+                      at::get_overlap_status(out, b) == at::MemOverlapStatus::No;
+  if (!simple) return at::matmul_out(out, a, b);  // torch's own checks, resizing and errors
+  check_gemm_inputs("cudal2.matmul", a, b, nullptr);
+  c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
+  Route route = route_gemm(a, b, nullptr, nullptr);
+  if (!route.ours || !dispatch_into(route, out)) return at::matmul_out(out, a, b);
+  return out;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  if (x.dim() < 2 || weight.dim() != 2) return at::linear(x, weight, bias);
+  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  check_gemm_inputs("cudal2.linear", x, weight, bias_ptr);
+  TORCH_CHECK(x.size(-1) == weight.size(1), "cudal2.linear: input ", x.sizes(), " has ", x.size(-1),
+              " features but weight ", weight.sizes(), " expects ", weight.size(1), " (weight is [N, K])");
+  if (bias_ptr != nullptr) {
+    TORCH_CHECK(bias_ptr->numel() == weight.size(0), "cudal2.linear: bias has ", bias_ptr->numel(),
+                " elements but weight ", weight.sizes(), " has N=", weight.size(0), " outputs");
+  }
+  c10::cuda::OptionalCUDAGuard guard(x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt);
+  Route route = route_gemm(x, weight.t(), bias_ptr, nullptr);
+  if (!route.ours) return at::linear(x, weight, bias);
+  at::Tensor out = at::empty(output_sizes(x, route.args.n), x.options());
+  return dispatch_into(route, out) ? out : at::linear(x, weight, bias);
+}
+
+}  // namespace cudal2

@@ -1,0 +1,144 @@
+"""The public GEMM API: `matmul`, `linear`, `explain`, with fake (meta) kernels and autograd for the custom ops.
+
+`torch.ops.cudal2.matmul/linear` are defined in C++ (csrc/bindings.cpp). Eager calls that need no autograd take a
+direct binding of the same C++ function (no dispatcher round trip); traced, compiled and autograd calls go through
+the registered op. Without the compiled extension every function runs torch.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cudal2_ops import _extension
+from cudal2_ops._extension import _C
+
+_Tensor = torch.Tensor
+
+
+def is_available() -> bool:
+    """True when the compiled extension is loaded (otherwise every call runs torch)."""
+    return _C is not None
+
+
+def _plain_eager(*tensors: torch.Tensor) -> bool:
+    """Whether a call may take the direct binding: plain tensors, no autograd, no tracing or Python modes."""
+    for t in tensors:
+        if type(t) is not _Tensor:
+            return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+                or torch._C._len_torch_dispatch_stack() > 0)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """torch.matmul(a, b) through cudal2.
+
+    a: [..., K]; b: [K, N] (a 2-D b takes the tuned path; other ranks run torch.matmul). float16 / bfloat16 CUDA
+    tensors with a unit inner stride run a table kernel or cuBLASLt with fp32 accumulation on the current stream;
+    anything else runs torch.matmul with identical semantics. Returns [..., N] (or writes `out`).
+    """
+    if _C is None:
+        _extension.warn_fallback_once()
+        return torch.matmul(a, b, out=out) if out is not None else torch.matmul(a, b)
+    if out is not None:
+        return torch.ops.cudal2.matmul.out(a, b, out=out)
+    if _plain_eager(a, b):
+        return _C.matmul(a, b)
+    return torch.ops.cudal2.matmul.default(a, b)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """torch.nn.functional.linear(x, weight, bias) through cudal2.
+
+    x: [..., K]; weight: [N, K]; bias: [N] or None (fused into the GEMM epilogue). Returns [..., N]. Same dtype and
+    device rules as `matmul`.
+    """
+    if _C is None:
+        _extension.warn_fallback_once()
+        return F.linear(x, weight, bias)
+    if (_plain_eager(x, weight) if bias is None else _plain_eager(x, weight, bias)):
+        return _C.linear(x, weight, bias)
+    return torch.ops.cudal2.linear.default(x, weight, bias)
+
+
+def explain(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *, layout: str = "nn") -> dict:
+    """Which path `matmul(a, b)` (layout "nn", b [K, N]) or `linear(a, b, bias)` (layout "nt", b [N, K]) would take.
+
+    Returns a dict with `path` ("kernel" | "cublaslt" | "torch"), `reason`, and the kernel name and knobs or the
+    cuBLASLt choice. Runs no GPU work.
+    """
+    if layout not in ("nn", "nt"):
+        raise ValueError(f"layout must be 'nn' (b is [K, N]) or 'nt' (b is [N, K]), got {layout!r}")
+    if _C is None:
+        return {"path": "torch", "reason": f"compiled extension not available ({_extension.IMPORT_ERROR})"}
+    return _C.explain(a, b.t() if layout == "nt" else b, bias)
+
+
+# ---- fake (meta) kernels: shapes and dtypes only, for torch.compile / FakeTensor tracing -------------------------
+
+def _fake_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(a, b)
+
+
+def _fake_matmul_out(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    return out
+
+
+def _fake_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
+# ---- autograd: backward runs through the same ops where they apply, torch elsewhere ------------------------------
+
+def _matmul_setup(ctx, inputs, output) -> None:
+    a, b = inputs
+    ctx.save_for_backward(a if b.requires_grad else None, b if a.requires_grad else None)
+
+
+def _matmul_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad_a = grad_b = None
+    if ctx.needs_input_grad[0]:
+        grad_a = torch.ops.cudal2.matmul(grad, b.t()) if b.dim() == 2 else torch.matmul(grad, b.transpose(-1, -2))
+    if ctx.needs_input_grad[1]:
+        grad_b = _reduce_to_2d(a).t() @ _reduce_to_2d(grad) if b.dim() == 2 else None
+    return grad_a, grad_b
+
+
+def _reduce_to_2d(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1])
+
+
+def _linear_setup(ctx, inputs, output) -> None:
+    x, weight, bias = inputs
+    ctx.save_for_backward(x if weight.requires_grad else None, weight if x.requires_grad else None)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    grad_x = grad_w = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = torch.ops.cudal2.matmul(grad, weight)  # [.., N] @ [N, K]: an NN GEMM
+    if ctx.needs_input_grad[1]:
+        grad_w = _reduce_to_2d(grad).t() @ _reduce_to_2d(x)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_bias = _reduce_to_2d(grad).sum(0)
+    return grad_x, grad_w, grad_bias
+
+
+def _register() -> None:
+    """Registers fake kernels, autograd and the table loader for the C++-defined ops."""
+    torch.library.register_fake("cudal2::matmul", _fake_matmul)
+    torch.library.register_fake("cudal2::matmul.out", _fake_matmul_out)
+    torch.library.register_fake("cudal2::linear", _fake_linear)
+    torch.library.register_autograd("cudal2::matmul", _matmul_backward, setup_context=_matmul_setup)
+    torch.library.register_autograd("cudal2::linear", _linear_backward, setup_context=_linear_setup)
+    from cudal2_ops import tables  # noqa: PLC0415 (imports torch.cuda helpers lazily)
+
+    _C.set_table_loader(tables.install_table)
+
+
+if _C is not None:
+    _register()

@@ -1,0 +1,110 @@
+"""Public API on the CPU: torch semantics of the fallback path, errors, explain, op registration, autograd, compile."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cudal2_ops
+from cudal2_ops import ops
+
+needs_ext = pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("a_shape,b_shape", [((5, 7), (7, 3)), ((2, 5, 7), (7, 3)), ((7,), (7, 3)),
+                                              ((2, 5, 7), (2, 7, 3)), ((5, 7), (7,))])
+def test_matmul_matches_torch_bitwise(dtype, a_shape, b_shape):
+    a, b = torch.randn(a_shape).to(dtype), torch.randn(b_shape).to(dtype)
+    assert torch.equal(cudal2_ops.matmul(a, b), torch.matmul(a, b))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_matches_torch_bitwise(dtype, with_bias):
+    x, w = torch.randn(3, 4, 16).to(dtype), torch.randn(8, 16).to(dtype)
+    bias = torch.randn(8).to(dtype) if with_bias else None
+    assert torch.equal(cudal2_ops.linear(x, w, bias), F.linear(x, w, bias))
+
+
+def test_matmul_out_matches_torch():
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    out = torch.empty(5, 3)
+    result = cudal2_ops.matmul(a, b, out=out)
+    assert result.data_ptr() == out.data_ptr()
+    assert torch.equal(out, torch.matmul(a, b))
+
+
+def test_empty_dims_follow_torch():
+    a, b = torch.randn(4, 0), torch.randn(0, 3)
+    assert torch.equal(cudal2_ops.matmul(a, b), torch.zeros(4, 3))
+    assert cudal2_ops.matmul(torch.randn(0, 5), torch.randn(5, 3)).shape == (0, 3)
+
+
+@needs_ext
+def test_shape_mismatch_names_the_shapes():
+    with pytest.raises(RuntimeError, match=r"cannot be multiplied.*\[5, 7\].*\[6, 3\]|\[5, 7\].*\[6, 3\].*cannot"):
+        cudal2_ops.matmul(torch.randn(5, 7), torch.randn(6, 3))
+    with pytest.raises(RuntimeError, match="features but weight"):
+        cudal2_ops.linear(torch.randn(5, 7), torch.randn(3, 6))
+
+
+@needs_ext
+def test_dtype_and_bias_mismatch_are_clear_errors():
+    with pytest.raises(RuntimeError, match="different dtypes"):
+        cudal2_ops.matmul(torch.randn(5, 7), torch.randn(7, 3, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="bias has 4 elements"):
+        cudal2_ops.linear(torch.randn(5, 7), torch.randn(3, 7), torch.randn(4))
+
+
+@needs_ext
+def test_explain_says_why_cpu_runs_torch():
+    info = cudal2_ops.explain(torch.randn(4, 8), torch.randn(8, 2))
+    assert info["path"] == "torch" and "CUDA" in info["reason"]
+    with pytest.raises(ValueError, match="layout must be"):
+        cudal2_ops.explain(torch.randn(4, 8), torch.randn(8, 2), layout="tn")
+
+
+@needs_ext
+def test_ops_registered_and_opcheck_passes():
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(8, 3, requires_grad=True)
+    torch.library.opcheck(torch.ops.cudal2.matmul.default, (a, b))
+    x, w, bias = torch.randn(2, 4, 8, requires_grad=True), torch.randn(3, 8, requires_grad=True), torch.randn(3)
+    torch.library.opcheck(torch.ops.cudal2.linear.default, (x, w, bias))
+
+
+@needs_ext
+def test_autograd_matches_torch():
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    cudal2_ops.linear(x, w, bias).sum().backward()
+    grads = [t.grad.clone() for t in (x, w, bias)]
+    for t in (x, w, bias):
+        t.grad = None
+    F.linear(x, w, bias).sum().backward()
+    for got, t in zip(grads, (x, w, bias)):
+        torch.testing.assert_close(got, t.grad)
+
+
+@needs_ext
+def test_compile_fullgraph_traces_the_custom_op():
+    def f(x, w):
+        return cudal2_ops.linear(x, w).relu()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+
+
+def test_without_extension_every_call_runs_torch_with_one_warning(monkeypatch):
+    monkeypatch.setattr(ops, "_C", None)
+    monkeypatch.setattr(ops._extension, "_warned", False)
+    a, b = torch.randn(3, 4), torch.randn(4, 2)
+    with pytest.warns(RuntimeWarning, match="every call runs torch"):
+        assert torch.equal(cudal2_ops.matmul(a, b), a @ b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(cudal2_ops.linear(a, b.t()), F.linear(a, b.t()))
+    assert cudal2_ops.explain(a, b)["path"] == "torch"

@@ -1,0 +1,33 @@
+"""HgemmConfig: the name is the whole identity and parses back; bad fields are rejected."""
+import pytest
+
+from search.config import HgemmConfig
+
+
+@pytest.mark.parametrize("cfg", [
+    HgemmConfig("sm90_tma_ws", "fp16", "nt", 128, 256, 64, cluster_n=2, schedule="coop", scheduler="persistent"),
+    HgemmConfig("sm80_cute", "bf16", "nn", 64, 64, 32, stages=3, warps=4),
+    HgemmConfig("decode", "fp16", "nt", 8, 64, 256, stages=4, warps=4),
+])
+def test_name_round_trip(cfg):
+    assert HgemmConfig.from_name(cfg.name) == cfg
+    assert cfg.name.startswith(f"{cfg.family}_{cfg.dtype}_{cfg.layout}_")
+
+
+def test_distinct_configs_have_distinct_names():
+    a = HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 32, stages=3, warps=4)
+    b = HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 32, stages=4, warps=4)
+    assert a.name != b.name
+
+
+@pytest.mark.parametrize("field,value", [("family", "sm70"), ("dtype", "fp32"), ("layout", "tn")])
+def test_bad_fields_rejected(field, value):
+    kwargs = dict(family="sm80_cute", dtype="fp16", layout="nt", tile_m=64, tile_n=64, tile_k=32)
+    kwargs[field] = value
+    with pytest.raises(ValueError, match="unknown"):
+        HgemmConfig(**kwargs)
+
+
+def test_non_canonical_name_rejected():
+    with pytest.raises(ValueError):
+        HgemmConfig.from_name("sm80_cute_fp16_nt_64x64x32_s3_w4_bogus")
