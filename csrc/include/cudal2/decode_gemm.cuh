@@ -2,7 +2,9 @@
 // instantiation of decode_gemm_kernel, and the export macro used by generated `kernels/sm80/decode_*.cu` files.
 //
 // Runtime knobs: `splits` = split-K parts (0 = automatic: enough CTAs for one resident wave on p->sm_count SMs,
-// clamped to the number of K tiles); `swizzle` and `raster` are ignored.
+// with the fp32 partials kept below a quarter of the weight's bytes; always clamped to the number of K tiles);
+// `swizzle` and `raster` are ignored. With splits > 1 the partials go to the workspace and a second small kernel
+// on the same stream reduces them in split order.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
 // A and B 16-byte aligned with lda, ldb multiples of 8 elements. D and bias have no alignment requirement.
 #ifndef CUDAL2_DECODE_GEMM_CUH_
@@ -22,7 +24,6 @@ struct DecodeGemm {
   static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value, "fp16 or bf16 only");
   static constexpr int kDtype = std::is_same<T, __half>::value ? CUDAL2_FP16 : CUDAL2_BF16;
   static constexpr int kLayout = Tr::kNT ? CUDAL2_NT : CUDAL2_NN;
-  static constexpr size_t kCounterAlign = 256;
 
   // CUDAL2_OK when launch() runs `p` correctly.
   static cudal2_status can_implement(const cudal2_problem* p) {
@@ -41,26 +42,23 @@ struct DecodeGemm {
     const int n_tiles = ceil_div(static_cast<int>(p->n), Tr::kTileN);
     const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
     int s = p->splits;
-    if (s <= 0) s = max_int(1, max_int(1, p->sm_count) * Tr::kCtasPerSm / n_tiles);
+    if (s <= 0) {
+      const int one_wave = max_int(1, p->sm_count) * Tr::kCtasPerSm / n_tiles;
+      const int traffic_cap = static_cast<int>(p->k / (8 * p->m));  // partials <= weight bytes / 4
+      s = max_int(1, min_int(one_wave, traffic_cap));
+    }
     s = max_int(1, min_int(min_int(s, k_tiles), 65535));
     return ceil_div(k_tiles, ceil_div(k_tiles, s));
   }
 
-  // Byte offset of the split-K counters in the workspace (after the fp32 partials).
-  static size_t counters_offset(const cudal2_problem* p, int s) {
-    const size_t partial_bytes = static_cast<size_t>(s) * p->m * p->n * sizeof(float);
-    return (partial_bytes + kCounterAlign - 1) / kCounterAlign * kCounterAlign;
-  }
-
-  // Workspace bytes: none without split-K, else the fp32 partials plus one counter per N tile.
+  // Workspace bytes: none without split-K, else the fp32 partials [splits][M][N].
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
     const int s = splits(p);
-    if (s == 1) return 0;
-    return counters_offset(p, s) + ceil_div(static_cast<int>(p->n), Tr::kTileN) * sizeof(int);
+    return s == 1 ? 0 : static_cast<size_t>(s) * p->m * p->n * sizeof(float);
   }
 
-  // Enqueues the GEMM (and, with split-K, the zeroing of its counters) on p->stream.
+  // Enqueues the GEMM (and, with split-K, the reduction of its partials) on p->stream.
   static cudal2_status launch(const cudal2_problem* p) {
     const cudal2_status ok = can_implement(p);
     if (ok != CUDAL2_OK) return ok;
@@ -77,7 +75,6 @@ struct DecodeGemm {
     args.d = static_cast<T*>(p->d);
     args.bias = static_cast<const T*>(p->bias);
     args.partials = static_cast<float*>(p->workspace);
-    args.counters = s > 1 ? reinterpret_cast<int*>(static_cast<char*>(p->workspace) + counters_offset(p, s)) : nullptr;
     args.m = static_cast<int>(p->m);
     args.n = static_cast<int>(p->n);
     args.k = static_cast<int>(p->k);
@@ -87,10 +84,6 @@ struct DecodeGemm {
     args.splits = s;
     args.tiles_per_split = ceil_div(k_tiles, s);
 
-    if (s > 1) {
-      const cudaError_t err = cudaMemsetAsync(args.counters, 0, n_tiles * sizeof(int), stream);
-      if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
-    }
     auto kernel = decode_gemm_kernel<T, Tr>;
     if (Tr::kSmemBytes > 48 * 1024) {
       const cudaError_t err =
@@ -98,6 +91,10 @@ struct DecodeGemm {
       if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     }
     kernel<<<dim3(n_tiles, s), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
+    if (s > 1) {
+      const long long outputs = p->m * p->n;
+      decode_splitk_reduce_kernel<T><<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(args);
+    }
     return launch_status(cudaGetLastError());
   }
 };

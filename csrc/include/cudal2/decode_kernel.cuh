@@ -5,8 +5,8 @@
 // K range (split-K across blockIdx.y). W and A tiles stream through a kStages-deep cp.async pipeline in shared
 // memory (padded rows: conflict-free ldmatrix); warps split the CTA tile as kWarpsN x kWarpsK and the kWarpsK
 // partial sums are added in a fixed order through shared memory. With several splits, each CTA writes its fp32
-// partial tile to the workspace and the last CTA to arrive for an N tile (atomic counter, zeroed by the launcher)
-// sums the partials in split order: results are bitwise deterministic.
+// partial tile to the workspace and a second kernel on the same stream sums the partials in split order: results
+// are bitwise deterministic, and nothing needs zeroing between calls.
 #ifndef CUDAL2_DECODE_KERNEL_CUH_
 #define CUDAL2_DECODE_KERNEL_CUH_
 
@@ -57,8 +57,7 @@ struct Params {
   const T* b;       // NT: [N, K] (ldb); NN: [K, N] (ldb)
   T* d;             // [M, N], row stride ldd
   const T* bias;    // [N] or nullptr
-  float* partials;  // [splits][M][N] fp32 (splits > 1)
-  int* counters;    // [N tiles], zero on entry (splits > 1)
+  float* partials;  // [splits][M][N] fp32 workspace (splits > 1)
   int m, n, k;
   long long lda, ldb, ldd;
   int splits, tiles_per_split;
@@ -205,27 +204,26 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<
   __syncthreads();  // pipeline buffers are reused as reduction scratch
   reduce_warps_k<Tr>(acc, reinterpret_cast<float*>(smem_raw), wn, wk);
 
+  if (wk != 0) return;
   if (p.splits == 1) {
-    if (wk == 0) for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { store_output(p, m, n, v); });
-    return;
+    for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { store_output(p, m, n, v); });
+  } else {
+    float* mine = p.partials + split * static_cast<long long>(p.m) * p.n;
+    for_each_output<Tr>(acc, p.m, p.n, n0, wn,
+                        [&](int m, int n, float v) { mine[static_cast<long long>(m) * p.n + n] = v; });
   }
+}
+
+// Split-K epilogue: out[m][n] = sum over s = 0, 1, ... of partials[s][m][n] (+ bias), one thread per output.
+template <class T>
+__global__ void __launch_bounds__(256) decode_splitk_reduce_kernel(const Params<T> p) {
   const long long plane = static_cast<long long>(p.m) * p.n;
-  if (wk == 0) {
-    float* mine = p.partials + split * plane;
-    for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { mine[static_cast<long long>(m) * p.n + n] = v; });
-  }
-  __threadfence();
-  __syncthreads();
-  __shared__ int is_last;
-  if (threadIdx.x == 0) is_last = atomicAdd(p.counters + blockIdx.x, 1) == p.splits - 1;
-  __syncthreads();
-  if (!is_last || wk != 0) return;
-  __threadfence();
-  for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float) {
-    float sum = 0.f;
-    for (int s = 0; s < p.splits; ++s) sum += __ldcg(p.partials + s * plane + static_cast<long long>(m) * p.n + n);
-    store_output(p, m, n, sum);
-  });
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= plane) return;
+  float sum = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < p.splits; ++s) sum += __ldcg(p.partials + s * plane + idx);
+  store_output(p, static_cast<int>(idx / p.n), static_cast<int>(idx % p.n), sum);
 }
 
 }  // namespace decode

@@ -1,0 +1,287 @@
+"""GPU tests of the `decode` kernel family (M <= 64), run through the torch-free kernel library.
+
+Set CUDAL2_KERNEL_LIB to a library holding decode kernels (python -m build_tools.kernel_lib --names decode_...).
+CUDAL2_DECODE_BENCH=1 also runs the cold-weight bandwidth benchmark on the LLM decode shapes and prints a table.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import statistics
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cudal2_ops.kernel_library import Kernel, KernelLibrary, Problem
+
+TOLERANCE = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
+READ_ROOFLINE_BYTES_PER_S = 4.47e12
+BENCH_SHAPES = [(512, 3584), (1024, 4096), (3584, 3584), (4096, 4096), (6144, 4096), (4096, 14336),
+                (14336, 4096), (8192, 8192), (28672, 4096)]
+BENCH_M = (1, 8, 32, 64)
+L2_BYTES = 50 * 2**20
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, Kernel]:
+    path = os.environ.get("CUDAL2_KERNEL_LIB")
+    if not path:
+        pytest.skip("CUDAL2_KERNEL_LIB is not set")
+    found = {n: k for n, k in KernelLibrary(path).runnable_on().items() if k.family == "decode"}
+    if not found:
+        pytest.skip(f"no decode kernel in {path} runs on this GPU")
+    return found
+
+
+def tile_m(kernel: Kernel) -> int:
+    """The largest M the kernel handles (from its name)."""
+    return int(kernel.name.split("_")[3].split("x")[0])
+
+
+def pick(kernels: dict[str, Kernel], dtype: torch.dtype, layout: str, m: int) -> Kernel:
+    """The kernel with the smallest tile_m >= m for dtype and layout."""
+    fits = [k for k in kernels.values() if k.dtype == dtype and k.layout == layout and tile_m(k) >= m]
+    if not fits:
+        pytest.skip(f"no {layout} {dtype} decode kernel for M={m}")
+    return min(fits, key=tile_m)
+
+
+def make_inputs(m: int, n: int, k: int, dtype: torch.dtype, layout: str, gen: torch.Generator):
+    """a [M, K] and b ([N, K] for nt, [K, N] for nn), randn scaled to unit-size outputs."""
+    a = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
+    shape = (n, k) if layout == "nt" else (k, n)
+    b = (torch.randn(*shape, generator=gen, device="cuda") / math.sqrt(k)).to(dtype)
+    return a, b
+
+
+def reference(a: torch.Tensor, b: torch.Tensor, layout: str, bias: torch.Tensor | None) -> torch.Tensor:
+    """fp32 reference of a @ op(b) + bias."""
+    w = b.float().t() if layout == "nt" else b.float()
+    out = a.float() @ w
+    return out + bias.float() if bias is not None else out
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def run_poisoned(kernel: Kernel, a, b, bias=None, splits=0) -> torch.Tensor:
+    """Runs with a NaN-poisoned output; asserts every output element was written."""
+    n = b.shape[0] if kernel.layout == "nt" else b.shape[1]
+    out = torch.full((a.shape[0], n), float("nan"), dtype=a.dtype, device="cuda")
+    kernel.run(a, b, bias, out=out, splits=splits)
+    assert not out.isnan().any(), f"{kernel.name}: output elements left unwritten"
+    return out
+
+
+CASES = [  # (M, N, K): residues in N and K, a single K tile, tiny and large N
+    (1, 4096, 4096), (3, 1001, 1032), (7, 67, 8), (5, 136, 4104), (8, 520, 200)]
+
+
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_randn_against_fp32(kernels, layout, dtype, with_bias):
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for kernel in [k for k in kernels.values() if k.dtype == dtype and k.layout == layout]:
+        for m0, n, k in CASES:
+            if layout == "nn" and n % 8:
+                n += 8 - n % 8
+            for m in sorted({min(m0, tile_m(kernel)), tile_m(kernel), max(1, tile_m(kernel) - 3)}):
+                a, b = make_inputs(m, n, k, dtype, layout, gen)
+                bias = torch.randn(n, generator=gen, device="cuda").to(dtype) if with_bias else None
+                out = run_poisoned(kernel, a, b, bias)
+                err = rel_error(out, reference(a, b, layout, bias))
+                assert err <= TOLERANCE[dtype], f"{kernel.name} M={m} N={n} K={k}: rel error {err:.2e}"
+
+
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("splits", [0, 1, 3, 32])
+def test_exact_integers(kernels, layout, dtype, splits):
+    """0/1 inputs with row sums above 2048: fp32 accumulation gives round(exact) bit for bit."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    m, n, k = 64, 264, 4096
+    for kernel in [x for x in kernels.values() if x.dtype == dtype and x.layout == layout]:
+        mm = min(m, tile_m(kernel))
+        a = (torch.rand(mm, k, generator=gen, device="cuda") < 0.7).to(dtype)
+        shape = (n, k) if layout == "nt" else (k, n)
+        b = (torch.rand(*shape, generator=gen, device="cuda") < 0.7).to(dtype)
+        exact = a.double() @ (b.double().t() if layout == "nt" else b.double())
+        assert exact.max().item() > 2048
+        out = run_poisoned(kernel, a, b, splits=splits)
+        assert torch.equal(out, exact.to(dtype)), f"{kernel.name} splits={splits}: not bitwise exact"
+
+
+@pytest.mark.parametrize("splits", [1, 2, 5, 7, 64, 10**6])
+def test_split_counts(kernels, splits):
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for kernel in kernels.values():
+        m = tile_m(kernel)
+        a, b = make_inputs(m, 328, 1800, kernel.dtype, kernel.layout, gen)
+        bias = torch.randn(328, generator=gen, device="cuda").to(kernel.dtype)
+        err = rel_error(run_poisoned(kernel, a, b, bias, splits), reference(a, b, kernel.layout, bias))
+        assert err <= TOLERANCE[kernel.dtype], f"{kernel.name} splits={splits}: rel error {err:.2e}"
+
+
+def test_every_m(kernels):
+    """M from 1 to 64 with the fitting NT/NN fp16 kernel."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    for layout in ("nt", "nn"):
+        for m in range(1, 65):
+            kernel = pick(kernels, torch.float16, layout, m)
+            a, b = make_inputs(m, 200, 520, torch.float16, layout, gen)
+            err = rel_error(run_poisoned(kernel, a, b), reference(a, b, layout, None))
+            assert err <= TOLERANCE[torch.float16], f"{kernel.name} M={m}: rel error {err:.2e}"
+
+
+def test_deterministic(kernels):
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    for kernel in kernels.values():
+        a, b = make_inputs(tile_m(kernel), 1024, 4096, kernel.dtype, kernel.layout, gen)
+        first = kernel.run(a, b)
+        for _ in range(3):
+            assert torch.equal(kernel.run(a, b), first), f"{kernel.name}: results differ between runs"
+
+
+def test_strided_output_untouched_padding(kernels):
+    """ldd > N: the padding columns of D keep their sentinel (no out-of-bounds writes)."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for kernel in kernels.values():
+        m, n, k = tile_m(kernel), 136, 1024
+        a, b = make_inputs(m, n, k, kernel.dtype, kernel.layout, gen)
+        store = torch.full((m, n + 24), 7.0, dtype=kernel.dtype, device="cuda")
+        out = store[:, :n]
+        kernel.run(a, b, out=out, splits=3)
+        assert torch.all(store[:, n:] == 7.0), f"{kernel.name}: wrote outside D"
+        assert rel_error(out, reference(a, b, kernel.layout, None)) <= TOLERANCE[kernel.dtype]
+
+
+def test_rejects_unsupported(kernels):
+    """M above tile_m, K % 8 != 0 (and N % 8 != 0 for NN), misaligned A are refused by can_implement."""
+    for kernel in kernels.values():
+        dt, tm = kernel.dtype, tile_m(kernel)
+        n, k = 64, 64
+        b = torch.zeros((n, k) if kernel.layout == "nt" else (k, n), dtype=dt, device="cuda")
+        out = torch.empty(tm + 1, n, dtype=dt, device="cuda")
+        assert not kernel.can_implement(kernel.problem(torch.zeros(tm + 1, k, dtype=dt, device="cuda"), b, out))
+        a_odd = torch.zeros(2, k + 8, dtype=dt, device="cuda")[:, 1:k + 1]
+        assert not kernel.can_implement(kernel.problem(a_odd, b, out[:2]))
+        k_odd = 60
+        b2 = torch.zeros((n, k_odd) if kernel.layout == "nt" else (k_odd, n), dtype=dt, device="cuda")
+        assert not kernel.can_implement(kernel.problem(torch.zeros(2, k_odd, dtype=dt, device="cuda"), b2, out[:2]))
+
+
+def test_cuda_graph_replay(kernels):
+    """Captured in a CUDA graph (split-K with its reduction kernel), replays give the eager result bit for bit."""
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    kernel = pick(kernels, torch.float16, "nt", 8)
+    a, b = make_inputs(8, 512, 3584, torch.float16, "nt", gen)
+    eager = kernel.run(a, b)
+    bench = _Launcher(kernel, a, b, torch.empty_like(eager), splits=0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bench()
+    for _ in range(3):
+        bench.out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(bench.out, eager)
+
+
+class _Launcher:
+    """Launches one kernel on fixed tensors with a preallocated workspace (no allocation per call)."""
+
+    def __init__(self, kernel: Kernel, a, b, out, splits: int = 0) -> None:
+        self.kernel, self.a, self.b, self.out, self.splits = kernel, a, b, out, splits
+        probe = kernel.problem(a, b, out, splits=splits)
+        assert kernel.can_implement(probe), f"{kernel.name} refuses M={probe.m} N={probe.n} K={probe.k}"
+        size = kernel.workspace_size(probe)
+        self.workspace = torch.empty(max(size, 1), dtype=torch.uint8, device=a.device)
+
+    def __call__(self) -> None:
+        p: Problem = self.kernel.problem(self.a, self.b, self.out, splits=self.splits, workspace=self.workspace)
+        assert self.kernel._desc.launch(ctypes.byref(p)) == 0
+
+
+def graph_time_us(calls: list, replays: int = 7) -> float:
+    """Per-call GPU time: all calls captured back to back in one CUDA graph, median over replays."""
+    for c in calls[:2]:
+        c()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    return statistics.median(times)
+
+
+def roofline_pct(bytes_moved: int, us: float) -> float:
+    """Percent of the read roofline reached by moving `bytes_moved` in `us` microseconds."""
+    return 100 * bytes_moved / (us * 1e-6) / READ_ROOFLINE_BYTES_PER_S
+
+
+def _bench_shape(kernels, dtype, layout, m, n, k, split_options) -> dict:
+    """Cold-weight timing of ours (each split option) and torch for one shape."""
+    kernel = pick(kernels, dtype, layout, m)
+    bytes_moved = (n * k + m * k + m * n) * 2
+    copies = max(2, math.ceil(2 * L2_BYTES / (n * k * 2)) + 1)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
+    shape = (n, k) if layout == "nt" else (k, n)
+    weights = [torch.randn(*shape, generator=gen, device="cuda").to(dtype) for _ in range(copies)]
+    reps = max(copies, 24)
+    out = torch.empty(m, n, dtype=dtype, device="cuda")
+    row = {"kernel": kernel.name, "ours": {}}
+    for s in split_options:
+        launchers = [_Launcher(kernel, x, weights[i % copies], out, splits=s) for i in range(reps)]
+        row["ours"][s] = graph_time_us(launchers)
+    torch_op = (lambda w: (lambda: F.linear(x, w))) if layout == "nt" else (lambda w: (lambda: torch.matmul(x, w)))
+    row["torch"] = graph_time_us([torch_op(weights[i % copies]) for i in range(reps)])
+    ref = reference(x, weights[0], layout, None)
+    check = _Launcher(kernel, x, weights[0], out)
+    check()
+    row["err"] = rel_error(out, ref)
+    row["bytes"] = bytes_moved
+    del weights
+    torch.cuda.empty_cache()
+    return row
+
+
+@pytest.mark.skipif(os.environ.get("CUDAL2_DECODE_BENCH") != "1", reason="set CUDAL2_DECODE_BENCH=1")
+def test_bench_decode_bandwidth(kernels):
+    """Cold-weight, CUDA-graph-replay timing on the LLM decode shapes; prints one line per shape."""
+    lines = ["layout dtype N K M | ours_us ours% | torch_us torch% | best_split:us | kernel"]
+    pcts = []
+    configs = [("nt", torch.float16, n, k, m) for n, k in BENCH_SHAPES for m in BENCH_M]
+    configs += [("nn", torch.float16, n, k, m) for n, k in ((4096, 4096), (14336, 4096)) for m in (1, 64)]
+    configs += [("nt", torch.bfloat16, 4096, 4096, m) for m in (1, 64)]
+    sweep = {(512, 3584), (4096, 4096), (28672, 4096)}
+    for layout, dtype, n, k, m in configs:
+        options = [0, 1, 2, 4, 8, 16, 32] if (n, k) in sweep and layout == "nt" and dtype == torch.float16 else [0]
+        row = _bench_shape(kernels, dtype, layout, m, n, k, options)
+        ours = row["ours"][0]
+        best = min(row["ours"], key=row["ours"].get)
+        if layout == "nt" and dtype == torch.float16:
+            pcts.append((n * k <= 16 * 2**20, roofline_pct(row["bytes"], ours)))
+        lines.append(f"{layout} {str(dtype)[6:]} {n} {k} {m} | {ours:.2f} {roofline_pct(row['bytes'], ours):.0f}% | "
+                     f"{row['torch']:.2f} {roofline_pct(row['bytes'], row['torch']):.0f}% | {best}:{row['ours'][best]:.2f} | "
+                     f"{row['kernel']} err={row['err']:.1e}")
+        if len(row["ours"]) > 1:
+            lines.append("    splits: " + " ".join(f"{s}:{t:.2f}" for s, t in row["ours"].items()))
+    small = [p for is_small, p in pcts if is_small]
+    lines.append(f"NT fp16: median {statistics.median(p for _, p in pcts):.0f}% of read roofline, "
+                 f"min over N*K<=16M {min(small):.0f}%")
+    print("\n" + "\n".join(lines))
