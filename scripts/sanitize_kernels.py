@@ -14,6 +14,7 @@ or failed (crash, timeout, sanitizer unusable); exits 1 unless every run is clea
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import random
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="MxNxK,... problems to run each kernel on")
     parser.add_argument("--sanitizer", default=shutil.which("compute-sanitizer") or "compute-sanitizer")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per sanitizer run")
+    parser.add_argument("--jobs", type=int, default=1, help="sanitizer runs at a time (they share the GPU)")
     parser.add_argument("--out", type=Path, help="report JSON")
     parser.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -166,13 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     names = args.kernel or sample_kernels(list(runnable), args.sample, args.seed)
     race_families = {f for f in args.racecheck_families.split(",") if f}
     start = time.perf_counter()
-    kernels = {}
-    for name in names:
-        tools = ["memcheck"] + (["racecheck"] if library.kernels[name].family in race_families else [])
-        kernels[name] = {"family": library.kernels[name].family,
-                         **{tool: run_one(args.sanitizer, tool, args.lib, name, args.shapes, args.timeout)
-                            for tool in tools}}
-        print(f"{name}: " + ", ".join(f"{tool} {kernels[name][tool]['status']}" for tool in tools), flush=True)
+    runs = [(name, tool) for name in names
+            for tool in ["memcheck"] + (["racecheck"] if library.kernels[name].family in race_families else [])]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        entries = pool.map(lambda run: run_one(args.sanitizer, run[1], args.lib, run[0], args.shapes, args.timeout),
+                           runs)
+        kernels = {name: {"family": library.kernels[name].family} for name in names}
+        for (name, tool), entry in zip(runs, entries):
+            kernels[name][tool] = entry
+            print(f"{name}: {tool} {entry['status']}", flush=True)
     bad = sorted(name for name, entry in kernels.items()
                  if any(isinstance(v, dict) and v["status"] not in OK_STATUSES for v in entry.values()))
     doc = {"schema": SCHEMA, "lib": args.lib, "seed": args.seed, "sample": args.sample, "shapes": args.shapes,
