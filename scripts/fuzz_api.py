@@ -54,17 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, action="append", help="run only this case index (repeatable)")
     parser.add_argument("--impl", choices=("cudal2", "torch"), default="cudal2")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--time-limit", type=float, help="stop after this many seconds (the report says how many ran)")
     parser.add_argument("--out", type=Path, help="results JSON")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     cases = [make_case(args.seed, i) for i in args.only] if args.only else make_cases(args.seed, args.cases)
     matmul, linear = api(args.impl)
-    doc = run_fuzz(args.seed, cases, matmul, linear, device, args.impl, environment(device, args.impl))
+    doc = run_fuzz(args.seed, cases, matmul, linear, device, args.impl, environment(device, args.impl),
+                   args.time_limit)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"fuzz {args.impl}: {doc['cases']} cases, {doc['failures']} failures, {doc['elapsed_s']:.1f} s "
-          f"(seed {args.seed})")
+    print(f"fuzz {args.impl}: {doc['cases']} of {doc['cases_requested']} cases, {doc['failures']} failures, "
+          f"{doc['elapsed_s']:.1f} s (seed {args.seed})")
     for failure in doc["failed_cases"][:20]:
         print(f"FAIL case {failure['index']} {failure['layout']} {failure['dtype']} M={failure['m']} N={failure['n']} "
               f"K={failure['k']}: {failure['error']}\n  repro: {failure['repro']}")

@@ -9,7 +9,8 @@ access past a tensor is outside any allocation) and also checks the results agai
     python3 scripts/sanitize_kernels.py --lib LIB --kernel NAME --racecheck-families sm80_cute,decode
 
 Reports per kernel and tool: clean, errors (sanitizer errors), wrong (results off), untested (no shape supported)
-or failed (crash, timeout, sanitizer unusable); exits 1 unless every run is clean or untested.
+unsupported_device (the sanitizer refuses the GPU, e.g. in a sandboxed runtime) or failed (crash, timeout); exits 1
+unless every run is clean or untested.
 """
 from __future__ import annotations
 
@@ -76,7 +77,9 @@ def classify(returncode: int | None, output: str) -> dict:
     for line in output.splitlines():
         if line.startswith(RESULT_MARKER):
             target = json.loads(line[len(RESULT_MARKER):])
-    if returncode is None:
+    if "Device not supported" in output:
+        status = "unsupported_device"
+    elif returncode is None:
         status = "failed"
     elif (errors or 0) > 0 or returncode == SANITIZER_ERROR_EXIT:
         status = "errors"

@@ -286,8 +286,10 @@ def test_run_fuzz_reports_every_failure_with_repro():
 
 
 def test_validate_report_rejects_inconsistent_documents():
-    doc = fuzz.run_fuzz(0, [], torch.matmul, torch.matmul, "cpu", "torch", {})
+    doc = fuzz.run_fuzz(0, small_cases(3), torch.matmul, torch.nn.functional.linear, "cpu", "torch", {},
+                        time_limit_s=0.0)
     fuzz.validate_report(doc)
+    assert (doc["cases"], doc["cases_requested"], doc["failures"]) == (0, 3, 0)
     with pytest.raises(ValueError, match="disagrees"):
         fuzz.validate_report({**doc, "failures": 1})
     with pytest.raises(ValueError, match="schema"):
@@ -335,6 +337,7 @@ def test_sanitize_command_and_classification():
     assert script.classify(0, race)["errors"] == 2 and script.classify(0, race)["status"] == "errors"
     assert script.classify(script.TARGET_WRONG_EXIT, clean)["status"] == "wrong"
     assert script.classify(script.TARGET_UNTESTED_EXIT, clean)["status"] == "untested"
-    assert script.classify(0, "Device not supported")["status"] == "failed"
+    assert script.classify(1, "Device not supported")["status"] == "unsupported_device"
+    assert script.classify(1, "Segmentation fault")["status"] == "failed"
     assert script.classify(None, clean)["status"] == "failed"
     assert "log_tail" in script.classify(1, "boom") and "log_tail" not in script.classify(0, clean)

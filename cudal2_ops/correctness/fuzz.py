@@ -154,23 +154,28 @@ def check_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch
 
 
 def run_fuzz(seed: int, cases: Sequence[FuzzCase], matmul: Callable, linear: Callable, device: torch.device | str,
-             impl_name: str, environment: dict) -> dict:
-    """Checks every case and returns the results document (SCHEMA)."""
+             impl_name: str, environment: dict, time_limit_s: float | None = None) -> dict:
+    """Checks the cases in order (stopping once `time_limit_s` has passed) and returns the results document."""
     start = time.perf_counter()
     failures = []
+    done = 0
     for case in cases:
+        if time_limit_s is not None and time.perf_counter() - start > time_limit_s:
+            break
         failure = check_case(case, matmul, linear, device)
+        done += 1
         if failure is not None:
             failure["repro"] = f"python3 scripts/fuzz_api.py --seed {seed} --only {case.index} --impl {impl_name}"
             failures.append(failure)
-    return {"schema": SCHEMA, "seed": seed, "impl": impl_name, "cases": len(cases), "failures": len(failures),
-            "elapsed_s": round(time.perf_counter() - start, 3), "environment": environment,
-            "failed_cases": failures}
+    return {"schema": SCHEMA, "seed": seed, "impl": impl_name, "cases": done, "cases_requested": len(cases),
+            "failures": len(failures), "elapsed_s": round(time.perf_counter() - start, 3),
+            "environment": environment, "failed_cases": failures}
 
 
 def validate_report(doc: dict) -> None:
     """Raises ValueError unless `doc` is a well-formed SCHEMA document."""
-    required = {"schema": str, "seed": int, "impl": str, "cases": int, "failures": int, "elapsed_s": float,
+    required = {"schema": str, "seed": int, "impl": str, "cases": int, "cases_requested": int, "failures": int,
+                "elapsed_s": float,
                 "environment": dict, "failed_cases": list}
     for key, kind in required.items():
         if not isinstance(doc.get(key), (int, float) if kind is float else kind):
