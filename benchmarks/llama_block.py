@@ -6,9 +6,10 @@ F.scaled_dot_product_attention(enable_gqa=True). No embedding or LM head: inputs
 
 Two phases:
 - prefill: h [B, S, hidden], causal attention over the S new tokens, no cache.
-- decode: h [B, S_new, hidden] at positions pos..pos+S_new-1 with a static-shape KV cache per layer
-  (k, v: [B, kv_heads, L, head_dim], L > pos + S_new - 1), written in place; attention over cache[:, :, :pos+S_new].
-  `pos` is a Python int, so every tensor shape is static (CUDA-graph capturable, no recompiles for a fixed pos).
+- decode: h [B, S_new, hidden] with a static-shape KV cache per layer (k, v: [B, kv_heads, L, head_dim]) whose
+  last S_new slots receive the new tokens (positions L-S_new..L-1, written in place) and whose first L-S_new slots
+  hold the past; attention over all L slots. The position follows from tensor shapes, so a decode step has no
+  integer arguments (CUDA-graph capturable; torch.compile sees shapes only).
 """
 from __future__ import annotations
 
@@ -85,8 +86,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False, **factory)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: tuple[torch.Tensor, torch.Tensor] | None = None, pos: int = 0) -> torch.Tensor:
-        """x [B, S, hidden] -> [B, S, hidden]. With `cache`, the S tokens sit at positions pos..pos+S-1."""
+                cache: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x [B, S, hidden] -> [B, S, hidden]. With `cache` (k, v [B, kv_heads, L, head_dim]): the S tokens are
+        written to its last S slots and attend to all L."""
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -96,9 +98,10 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
             k_cache, v_cache = cache
-            k_cache[:, :, pos:pos + s] = k
-            v_cache[:, :, pos:pos + s] = v
-            k, v = k_cache[:, :, :pos + s], v_cache[:, :, :pos + s]
+            pos = k_cache.shape[2] - s
+            k_cache[:, :, pos:] = k
+            v_cache[:, :, pos:] = v
+            k, v = k_cache, v_cache
             mask = None if s == 1 else torch.ones(s, pos + s, dtype=torch.bool, device=x.device).tril(pos)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
@@ -128,16 +131,16 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg, **factory)
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: tuple[torch.Tensor, torch.Tensor] | None = None, pos: int = 0) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, pos)
+                cache: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
 def run_layers(layers: Sequence[nn.Module], norm: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               caches: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+               caches: KVCache | None = None) -> torch.Tensor:
     """Apply `layers` (DecoderLayers, or compiled wrappers of them) then `norm`: [B, S, hidden] -> same."""
     for i, layer in enumerate(layers):
-        h = layer(h, cos, sin, None if caches is None else caches[i], pos)
+        h = layer(h, cos, sin, None if caches is None else caches[i])
     return norm(h)
 
 
@@ -150,13 +153,15 @@ class LlamaStack(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, device=device, dtype=dtype) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.hidden, cfg.eps, device=device, dtype=dtype)
 
-    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: KVCache | None = None,
-                pos: int = 0) -> torch.Tensor:
-        return run_layers(self.layers, self.norm, h, cos, sin, caches, pos)
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: KVCache | None = None
+                ) -> torch.Tensor:
+        """h [B, S, hidden] -> [B, S, hidden]; `caches` as from `new_cache` (decode) or None (prefill)."""
+        return run_layers(self.layers, self.norm, h, cos, sin, caches)
 
     def new_cache(self, batch: int, length: int, fill_std: float = 1.0, generator: torch.Generator | None = None
                   ) -> KVCache:
-        """Per-layer (k, v) [batch, kv_heads, length, head_dim], filled with N(0, fill_std^2) as past tokens."""
+        """Per-layer (k, v) [batch, kv_heads, length, head_dim], N(0, fill_std^2): length - S_new past tokens plus
+        the S_new slots a decode step overwrites."""
         p = self.norm.weight
         shape = (batch, self.cfg.kv_heads, length, self.cfg.head_dim)
 

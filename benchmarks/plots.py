@@ -10,10 +10,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from benchmarks.shapes import BUCKET_EDGES, BUCKET_LABELS, bucket_of, log2_mnk  # noqa: E402
 from benchmarks.stats import BASELINES, Comparison, roofline_floor_us, shape_of  # noqa: E402
 
+SPEEDUP_TICKS = (0.125, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0)
 # x position of each bucket's median marker (the bucket centre; the open ends get a nominal width).
 BUCKET_CENTRES = dict(zip(BUCKET_LABELS, [(a + b) / 2 for a, b in
                                           zip((BUCKET_EDGES[0] - 4,) + BUCKET_EDGES, BUCKET_EDGES + (43,))]))
@@ -43,6 +45,9 @@ def speedup_plot(comp: Comparison, path: Path, title: str) -> Path | None:
         ax.plot(*_bucket_medians(sp), "o-", color="C3", label="bucket median")
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.FixedLocator(SPEEDUP_TICKS))
+        ax.yaxis.set_major_formatter(ticker.FixedFormatter([f"{t:g}" for t in SPEEDUP_TICKS]))
+        ax.yaxis.set_minor_locator(ticker.NullLocator())
         ax.set_title(f"vs {baseline}", fontsize=9)
         ax.set_xlabel("log2(M*N*K)", fontsize=8)
     for ax in axes.flat[len(present):]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from benchmarks import markdown, plots, results, stats, summary
 
 CSV_FIELDS = ("m", "n", "k", "dtype", "impl", "layout", "mode", "ok", "rel_err", "median_us", "mean_us", "std_us",
-              "min_us", "n", "calls_per_replay", "l2", "qps", "floor_us", "roofline_pct", "error")
+              "min_us", "samples", "calls_per_replay", "l2", "qps", "floor_us", "roofline_pct", "error")
 
 
 def write_csv(rows: list[dict], roofline: dict, path: Path) -> None:

@@ -20,9 +20,9 @@ IndexedCall = Callable[[int], object]
 
 
 def summarize_us(samples_us: list[float]) -> dict:
-    """median / mean / std / min (microseconds) and the sample count."""
+    """median / mean / std / min (microseconds) and the sample count ("samples")."""
     return {"median_us": statistics.median(samples_us), "mean_us": statistics.fmean(samples_us),
-            "std_us": statistics.pstdev(samples_us), "min_us": min(samples_us), "n": len(samples_us)}
+            "std_us": statistics.pstdev(samples_us), "min_us": min(samples_us), "samples": len(samples_us)}
 
 
 def estimate_ms(call: IndexedCall, n_sets: int, calls: int = 3) -> float:

@@ -1,0 +1,64 @@
+"""CPU tests of the grid runner's pure parts: options, run names, resume bookkeeping, implementation registry,
+results files and timing arithmetic."""
+import pytest
+
+from benchmarks import grid, impls, results, runner, timing
+
+
+def test_parse_args_defaults_and_lists():
+    args = grid.parse_args([])
+    assert args.shapes == "g1000" and args.layouts == ["nt", "nn"] and args.dtypes == ["fp16"]
+    assert args.modes == ["kernel", "offline"] and args.l2 == "warm" and args.impls == list(impls.ALL)
+    args = grid.parse_args(["--shapes", "llm", "--sample", "50", "--modes", "server", "--impls", "torch,cublas-nn"])
+    assert args.sample == 50 and args.modes == ["server"] and args.impls == ["torch", "cublas-nn"]
+    assert grid.run_name(args) == "llm-sample50_nt-nn_fp16_server_warm"
+    with pytest.raises(SystemExit):
+        grid.parse_args(["--layouts", "tt"])
+
+
+def test_todo_skips_done_rows():
+    impl_list, _ = impls.build(["torch"], ["nt", "nn"])
+    done = {(64, 64, 64, "fp16", "torch", "nt", "kernel")}
+    todo = grid.todo_for((64, 64, 64), "fp16", impl_list, ["kernel", "offline"], done)
+    assert todo == {("torch", "nn", "kernel"), ("torch", "nt", "offline"), ("torch", "nn", "offline")}
+
+
+def test_impl_registry():
+    built, unavailable = impls.build(list(impls.ALL), ["nt"])
+    names = {i.name for i in built} | set(unavailable)
+    assert names == set(impls.ALL)
+    assert {(i.name, i.layout) for i in built if i.name == "torch"} == {("torch", "nt")}
+    for i in built:
+        if i.name in impls.FIXED_LAYOUT:
+            assert i.layout == impls.FIXED_LAYOUT[i.name]
+    with pytest.raises(ValueError):
+        impls.build(["cublas"], ["nt"])
+
+
+def test_results_roundtrip_and_keys(tmp_path):
+    doc = results.new_document({"gpu": "x"}, {"modes": ["kernel"]})
+    doc["rows"] = [{"m": 1, "n": 2, "k": 3, "dtype": "fp16", "impl": "torch", "layout": "nt", "mode": "kernel",
+                    "ok": True, "median_us": 1.5}]
+    path = tmp_path / "a" / "run.json"
+    results.save(path, doc)
+    assert results.load(path) == doc
+    assert results.row_key(doc["rows"][0]) == (1, 2, 3, "fp16", "torch", "nt", "kernel")
+
+
+def test_timing_arithmetic():
+    assert timing.calls_per_replay(0.01, 1.0, 256, 1) == 100
+    assert timing.calls_per_replay(0.0001, 1.0, 256, 1) == 256
+    assert timing.calls_per_replay(5.0, 1.0, 256, 1) == 1
+    assert timing.calls_per_replay(0.01, 1.0, 4096, 700) == 700  # a cold run visits every input set
+    assert timing.host_iterations(0.01, budget_ms=30, min_iters=5, max_iters=30) == 30
+    assert timing.host_iterations(20.0, budget_ms=30, min_iters=5, max_iters=30) == 5
+    s = timing.summarize_us([1.0, 2.0, 6.0])
+    assert s == {"median_us": 2.0, "mean_us": 3.0, "std_us": pytest.approx(2.160, abs=1e-3), "min_us": 1.0,
+                 "samples": 3}
+
+
+def test_cold_set_count_exceeds_twice_l2():
+    l2 = 50 * 2**20
+    for shape in [(64, 64, 64), (1024, 1024, 1024), (16384, 16384, 16384)]:
+        n = runner.cold_set_count(shape, l2, cap=10**6)
+        assert n >= 2 and n * runner.touched_bytes(shape) > 2 * l2
