@@ -309,3 +309,76 @@ def test_compile_of_real_rule_on_cpu_is_unchanged(calls):
     assert len(graphs) == 1 and "cudal2" not in str(graphs[0].code)
     P.unpatch_linear()
     torch._dynamo.reset()
+
+
+# ---- the end-to-end benchmark's model and driver pieces (benchmarks/llama_block.py, benchmarks/e2e.py) -----------
+
+def tiny_llama():
+    from benchmarks.llama_block import LlamaConfig, LlamaStack
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden=64, intermediate=96, heads=4, kv_heads=2, head_dim=16, layers=2)
+    return LlamaStack(cfg).eval()
+
+
+def test_llama_config_from_shapes():
+    from benchmarks.llama_block import LlamaConfig
+
+    cfg = LlamaConfig.from_shapes("llama-3-8b", layers=4)
+    assert (cfg.hidden, cfg.intermediate, cfg.heads, cfg.kv_heads, cfg.head_dim) == (4096, 14336, 32, 8, 128)
+
+
+def test_llama_decode_matches_prefill():
+    from benchmarks.llama_block import rope_tables
+
+    model = tiny_llama()
+    cfg, s = model.cfg, 7
+    h = torch.randn(2, s + 1, cfg.hidden)
+    with torch.no_grad():
+        ref = model(h, *rope_tables(cfg, torch.arange(s + 1), torch.float32))
+        chunk_cache = model.new_cache(2, s)
+        chunk = model(h[:, :s], *rope_tables(cfg, torch.arange(s), torch.float32), chunk_cache)
+        step_cache = [(torch.cat([k, torch.zeros_like(k[:, :, :1])], 2), torch.cat([v, torch.zeros_like(v[:, :, :1])], 2))
+                      for k, v in chunk_cache]
+        step = model(h[:, s:], *rope_tables(cfg, torch.arange(s, s + 1), torch.float32), step_cache)
+    torch.testing.assert_close(chunk, ref[:, :s], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(step, ref[:, s:], rtol=1e-4, atol=1e-4)
+
+
+def test_llama_patch_names_and_routing(calls, cpu_route):
+    model = tiny_llama()
+    s = P.patch_linear(model, include="*.mlp.*")
+    assert len(s.names) == 3 * model.cfg.layers and all(n.endswith("_proj") for n in s.names)
+    from benchmarks.llama_block import rope_tables
+
+    with torch.no_grad():
+        model(torch.randn(1, 3, model.cfg.hidden), *rope_tables(model.cfg, torch.arange(3), torch.float32))
+    assert calls.n == 3 * model.cfg.layers
+    P.unpatch_linear(model)
+
+
+def test_e2e_plan_and_markdown():
+    from benchmarks import e2e
+
+    args = e2e.parse_args(["--out", "unused", "--dtypes", "bf16", "--modes", "eager,graph,compile",
+                           "--decode-batches", "1,8", "--prefill-batches", "2"])
+    plan = e2e.plan(args)
+    assert [(s.phase, s.batch, s.mode) for s in plan] == [
+        ("decode", 1, "eager"), ("decode", 1, "graph"), ("decode", 8, "eager"), ("decode", 8, "graph"),
+        ("prefill", 2, "eager"), ("decode", 1, "compile"), ("decode", 8, "compile"), ("prefill", 2, "compile")]
+    assert plan[4].new_tokens == 2 * 2048 and plan[0].new_tokens == 1
+    quick = e2e.parse_args(["--out", "unused", "--quick"])
+    assert quick.layers == 2 and quick.dtypes == ["fp16"] and quick.budget_s <= 40
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--out", "unused", "--modes", "turbo"])
+    timing = {"gpu_ms": e2e.stats([1.0, 2.0, 3.0]), "e2e_ms": e2e.stats([2.0]), "tokens_per_s": 500.0}
+    ok = {"dtype": "bf16", "phase": "decode", "batch": 1, "seq": 1024, "mode": "graph", "status": "ok",
+          "unpatched": timing, "patched": timing, "speedup_gpu": 1.0, "speedup_e2e": 1.0, "rel_err": 1e-3,
+          "setup_s": 0.5, "cudal2_calls_per_step": {"patched": 8, "unpatched": 0}}
+    skipped = {"dtype": "bf16", "phase": "prefill", "batch": 2, "seq": 2048, "mode": "compile",
+               "status": "skipped: time budget"}
+    env = {"gpu": "X", "sm_count": 1, "cuda": "13.0", "torch": torch.__version__, "commit": "c", "date": "d",
+           "command": "python -m benchmarks.e2e", "cudal2_available": False,
+           "model": {"name": "llama-3-8b", "layers": 2}, "protocol": {"timing": "t", "iters": 3}}
+    md = e2e.markdown({"environment": env, "rows": [ok, skipped]})
+    assert "NOT available" in md and "skipped: time budget" in md and "| decode | graph | 1 | 1.000 | 1.000 |" in md
