@@ -38,8 +38,11 @@ def problem_shape(a: torch.Tensor, b: torch.Tensor, layout: str) -> tuple[int, i
     return m, n, k
 
 
-_REDUCED_PRECISION_FLAGS = ("allow_tf32", "allow_fp16_reduced_precision_reduction",
-                             "allow_bf16_reduced_precision_reduction")
+# (flag, value meaning full precision) of torch.backends.cuda.matmul. fp32_precision is torch >= 2.9's TF32 switch;
+# older torch has only allow_tf32 (mixing the two raises in newer torch).
+_STRICT_FLAGS = (("fp32_precision", "ieee") if hasattr(torch.backends.cuda.matmul, "fp32_precision")
+                 else ("allow_tf32", False),
+                 ("allow_fp16_reduced_precision_reduction", False), ("allow_bf16_reduced_precision_reduction", False))
 
 
 @contextlib.contextmanager
@@ -47,9 +50,9 @@ def strict_cublas() -> Iterator[None]:
     """For the block: no TF32 in fp32 matmuls, and no reduced-precision (fp16/bf16) split-K reductions in cuBLAS,
     so fp32 means fp32 and half-precision GEMMs accumulate in fp32 throughout (torch allows both by default)."""
     matmul = torch.backends.cuda.matmul
-    saved = {name: getattr(matmul, name) for name in _REDUCED_PRECISION_FLAGS}
-    for name in _REDUCED_PRECISION_FLAGS:
-        setattr(matmul, name, False)
+    saved = {name: getattr(matmul, name) for name, _ in _STRICT_FLAGS}
+    for name, value in _STRICT_FLAGS:
+        setattr(matmul, name, value)
     try:
         yield
     finally:
