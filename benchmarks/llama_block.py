@@ -62,7 +62,8 @@ class RMSNorm(nn.Module):
 
 def rope_tables(cfg: LlamaConfig, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [S, head_dim] in `dtype` for integer positions [S] (device of `positions`)."""
-    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=positions.device).float() / cfg.head_dim)
+    even = torch.arange(0, cfg.head_dim, 2, device=positions.device).float()
+    inv_freq = 1.0 / cfg.rope_theta ** (even / cfg.head_dim)
     angles = positions.float()[:, None] * inv_freq[None, :]
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().to(dtype), angles.sin().to(dtype)

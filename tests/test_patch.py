@@ -338,8 +338,7 @@ def test_llama_decode_matches_prefill():
         ref = model(h, *rope_tables(cfg, torch.arange(s + 1), torch.float32))
         chunk_cache = model.new_cache(2, s)
         chunk = model(h[:, :s], *rope_tables(cfg, torch.arange(s), torch.float32), chunk_cache)
-        step_cache = [(torch.cat([k, torch.zeros_like(k[:, :, :1])], 2), torch.cat([v, torch.zeros_like(v[:, :, :1])], 2))
-                      for k, v in chunk_cache]
+        step_cache = [tuple(torch.cat([t, torch.zeros_like(t[:, :, :1])], 2) for t in kv) for kv in chunk_cache]
         step = model(h[:, s:], *rope_tables(cfg, torch.arange(s, s + 1), torch.float32), step_cache)
     torch.testing.assert_close(chunk, ref[:, :s], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(step, ref[:, s:], rtol=1e-4, atol=1e-4)
