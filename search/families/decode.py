@@ -44,9 +44,10 @@ def smem_bytes(cfg: HgemmConfig) -> int:
 
 
 def registers(cfg: HgemmConfig) -> int:
-    """Estimated registers per thread: accumulators + A and B fragments + bookkeeping."""
+    """Estimated registers per thread: accumulators + double-buffered A and B fragments + bookkeeping."""
     _, _, row_tiles = warp_grid(cfg)
-    return row_tiles * (cfg.tile_m // 8) * 4 + row_tiles * 4 + 2 + BASE_REGISTERS
+    m_tiles = cfg.tile_m // 8
+    return row_tiles * m_tiles * 4 + 2 * (row_tiles * 4 + m_tiles * 2) + BASE_REGISTERS
 
 
 def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:

@@ -2,7 +2,7 @@
 // instantiation of decode_gemm_kernel, and the export macro used by generated `kernels/sm80/decode_*.cu` files.
 //
 // Runtime knobs: `splits` = split-K parts (0 = automatic: enough CTAs for one resident wave on p->sm_count SMs,
-// with the fp32 partials kept below a quarter of the weight's bytes; always clamped to the number of K tiles);
+// with the fp32 partials no larger than the weight; always clamped to the number of K tiles);
 // `swizzle` and `raster` are ignored. With splits > 1 the partials go to the workspace and a second small kernel
 // on the same stream reduces them in split order.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
@@ -44,7 +44,7 @@ struct DecodeGemm {
     int s = p->splits;
     if (s <= 0) {
       const int one_wave = max_int(1, p->sm_count) * Tr::kCtasPerSm / n_tiles;
-      const int traffic_cap = static_cast<int>(p->k / (8 * p->m));  // partials <= weight bytes / 4
+      const int traffic_cap = static_cast<int>(p->k / (2 * p->m));  // fp32 partials <= the weight's bytes
       s = max_int(1, min_int(one_wave, traffic_cap));
     }
     s = max_int(1, min_int(min_int(s, k_tiles), 65535));
@@ -91,11 +91,28 @@ struct DecodeGemm {
       if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     }
     kernel<<<dim3(n_tiles, s), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
-    if (s > 1) {
-      const long long outputs = p->m * p->n;
-      decode_splitk_reduce_kernel<T><<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(args);
-    }
-    return launch_status(cudaGetLastError());
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess || s == 1) return launch_status(err);
+    return launch_reduce(args, p->m * p->n, stream);
+  }
+
+  // Enqueues the split-K reduction behind the GEMM; on sm_90+ as a programmatic dependent launch, so that its
+  // launch latency overlaps the GEMM (the kernel waits for the GEMM's completion before reading the partials).
+  static cudal2_status launch_reduce(const Params<T>& args, long long outputs, cudaStream_t stream) {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+      return CUDAL2_LAUNCH_FAILED;
+    cudaLaunchAttribute pdl;
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>((outputs + 255) / 256));
+    config.blockDim = dim3(256);
+    config.stream = stream;
+    config.attrs = &pdl;
+    config.numAttrs = major >= 9 ? 1 : 0;
+    return launch_status(cudaLaunchKernelEx(&config, decode_splitk_reduce_kernel<T>, args));
   }
 };
 

@@ -93,37 +93,63 @@ __device__ __forceinline__ void load_tile(const Params<T>& p, T* stage_smem, int
   }
 }
 
-// Accumulates one K tile held in `stage_smem` into acc (this warp's rows, its share of the k16 steps).
+// Register fragments of one k16 step: the warp's W rows (mma A operand) and the active M tiles (B operand).
+template <class Tr>
+struct Fragments {
+  uint32_t a[Tr::kRowTiles][4];
+  uint32_t b[Tr::kMTiles][2];
+};
+
+// Loads the fragments of the k16 step starting at column `ks` of the stage held in `stage_smem`.
+template <class T, class Tr>
+__device__ __forceinline__ void load_fragments(Fragments<Tr>& f, const T* stage_smem, int ks, int wn, int m_tiles) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int rt = 0; rt < Tr::kRowTiles; ++rt) {
+    const int row0 = (wn * Tr::kRowTiles + rt) * 16;
+    if (Tr::kNT) {  // W stored [n][k]: matrices (rows 0-7|8-15) x (k 0-7|8-15)
+      const int r = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks + (lane >> 4) * 8;
+      ldmatrix_x4(f.a[rt], smem_addr(stage_smem + r * Tr::kWPitch + c));
+    } else {  // W stored [k][n]: transposed loads give the same fragments
+      const int r = ks + (lane & 7) + (lane >> 4) * 8, c = row0 + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4_trans(f.a[rt], smem_addr(stage_smem + r * Tr::kWPitch + c));
+    }
+  }
+  const T* x_smem = stage_smem + Tr::kWRows * Tr::kWPitch;
+#pragma unroll
+  for (int mt = 0; mt < Tr::kMTiles; ++mt) {
+    if (mt < m_tiles) {
+      const int r = mt * 8 + (lane & 7), c = ks + ((lane >> 3) & 1) * 8;
+      ldmatrix_x2(f.b[mt], smem_addr(x_smem + r * Tr::kXPitch + c));
+    }
+  }
+}
+
+// acc += the products of one k16 step's fragments (inactive M tiles skipped).
+template <class T, class Tr>
+__device__ __forceinline__ void mma_fragments(float (&acc)[Tr::kRowTiles][Tr::kMTiles][4], const Fragments<Tr>& f,
+                                              int m_tiles) {
+#pragma unroll
+  for (int mt = 0; mt < Tr::kMTiles; ++mt) {
+    if (mt < m_tiles) {
+#pragma unroll
+      for (int rt = 0; rt < Tr::kRowTiles; ++rt) mma_16816<T>(acc[rt][mt], f.a[rt], f.b[mt]);
+    }
+  }
+}
+
+// Accumulates one K tile held in `stage_smem` into acc (this warp's rows, its share of the k16 steps). Fragments
+// are double-buffered so that the shared-memory loads of step s + 1 overlap the mma of step s.
 template <class T, class Tr>
 __device__ __forceinline__ void mma_tile(const T* stage_smem, float (&acc)[Tr::kRowTiles][Tr::kMTiles][4], int wn,
                                          int wk, int m_tiles) {
-  const int lane = threadIdx.x & 31;
-  const T* x_smem = stage_smem + Tr::kWRows * Tr::kWPitch;
+  constexpr int kSteps = Tr::kKSteps / Tr::kWarpsK;
+  Fragments<Tr> frag[2];
+  load_fragments<T, Tr>(frag[0], stage_smem, wk * 16, wn, m_tiles);
 #pragma unroll
-  for (int s = 0; s < Tr::kKSteps / Tr::kWarpsK; ++s) {
-    const int ks = (s * Tr::kWarpsK + wk) * 16;
-    uint32_t a[Tr::kRowTiles][4];
-#pragma unroll
-    for (int rt = 0; rt < Tr::kRowTiles; ++rt) {
-      const int row0 = (wn * Tr::kRowTiles + rt) * 16;
-      if (Tr::kNT) {  // W stored [n][k]: matrices (rows 0-7|8-15) x (k 0-7|8-15)
-        const int r = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks + (lane >> 4) * 8;
-        ldmatrix_x4(a[rt], smem_addr(stage_smem + r * Tr::kWPitch + c));
-      } else {  // W stored [k][n]: transposed loads give the same fragments
-        const int r = ks + (lane & 7) + (lane >> 4) * 8, c = row0 + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4_trans(a[rt], smem_addr(stage_smem + r * Tr::kWPitch + c));
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < Tr::kMTiles; ++mt) {
-      if (mt < m_tiles) {
-        uint32_t b[2];
-        const int r = mt * 8 + (lane & 7), c = ks + ((lane >> 3) & 1) * 8;
-        ldmatrix_x2(b, smem_addr(x_smem + r * Tr::kXPitch + c));
-#pragma unroll
-        for (int rt = 0; rt < Tr::kRowTiles; ++rt) mma_16816<T>(acc[rt][mt], a[rt], b);
-      }
-    }
+  for (int s = 0; s < kSteps; ++s) {
+    if (s + 1 < kSteps) load_fragments<T, Tr>(frag[(s + 1) % 2], stage_smem, ((s + 1) * Tr::kWarpsK + wk) * 16, wn, m_tiles);
+    mma_fragments<T, Tr>(acc, frag[s % 2], m_tiles);
   }
 }
 
@@ -191,6 +217,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<
     if (s < num_tiles) load_tile<T, Tr>(p, smem + s * Tr::kStageElems, n0, tile_begin + s, m_tiles * 8);
     cp_async_commit();
   }
+  pdl_launch_dependents();  // the split-K reduction may get scheduled (it waits for this grid to finish)
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait<Tr::kStages - 2>();
     __syncthreads();  // tile t landed for every thread; stage (t - 1) % kStages is free again
@@ -217,6 +244,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<
 // Split-K epilogue: out[m][n] = sum over s = 0, 1, ... of partials[s][m][n] (+ bias), one thread per output.
 template <class T>
 __global__ void __launch_bounds__(256) decode_splitk_reduce_kernel(const Params<T> p) {
+  pdl_wait_prerequisites();  // launched early (programmatic dependent launch) on sm_90
   const long long plane = static_cast<long long>(p.m) * p.n;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= plane) return;
