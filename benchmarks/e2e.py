@@ -333,12 +333,12 @@ def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for e2e_<date>.json and .md")
-    ap.add_argument("--quick", action="store_true",
-                    help="tiny subset (< 1 min): 2 layers, fp16, decode B 1 and 32, prefill B 1 x 512")
+    ap.add_argument("--quick", action="store_true", help="tiny subset (< 1 min): 2 layers, fp16, decode B 1 and 32, "
+                    "prefill B 1 x 512, modes eager and graph unless --modes is given")
     ap.add_argument("--model", default="llama-3-8b", help="shape set in benchmarks/shapes/llm_shapes.json")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dtypes", type=_names(tuple(DTYPES)), default=list(DTYPES))
-    ap.add_argument("--modes", type=_names(PHASE_MODES["decode"]), default=list(PHASE_MODES["decode"]))
+    ap.add_argument("--modes", type=_names(PHASE_MODES["decode"]), default=None, help="default: all")
     ap.add_argument("--prefill-batches", type=_ints, default=[1, 4])
     ap.add_argument("--seq", type=int, default=2048, help="prefill tokens per sequence")
     ap.add_argument("--decode-batches", type=_ints, default=[1, 8, 32, 64])
@@ -352,6 +352,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.layers, args.dtypes, args.decode_batches, args.prefill_batches, args.seq = 2, ["fp16"], [1, 32], [1], 512
         args.iters, args.rounds, args.budget_s = 10, 2, min(args.budget_s, 40.0)
+        args.modes = args.modes or ["eager", "graph"]
+    args.modes = args.modes or list(PHASE_MODES["decode"])
     return args
 
 

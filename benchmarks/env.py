@@ -84,7 +84,7 @@ def measure_roofline() -> dict:
     del a, b, out
     x = torch.ones(2**30, device="cuda", dtype=torch.float32)
     acc = torch.empty((), device="cuda", dtype=torch.float32)
-    read = lambda i: torch.sum(x, out=acc)  # noqa: E731
+    read = lambda i: torch.sum(x, dim=0, out=acc)  # noqa: E731
     read(0)
     t_read = timing.kernel_mode(read, 1, timing.estimate_ms(read, 1), target_ms=20.0)["median_us"]
     nbytes = x.numel() * x.element_size()
@@ -107,7 +107,7 @@ def header(argv: list[str]) -> dict:
             pass
     return {
         "gpu": props.name, "gpu_slug": gpu_slug(props.name), "sm_count": props.multi_processor_count,
-        "l2_bytes": props.L2_cache_size, "memory_bytes": props.total_memory, "capability": f"{props.major}.{props.minor}",
+        "l2_bytes": getattr(props, "L2_cache_size", None), "memory_bytes": props.total_memory, "capability": f"{props.major}.{props.minor}",
         "nvidia_smi": nvidia_smi(idx), "cuda": torch.version.cuda, "torch": torch.__version__,
         "torch_compiled_cuda": torch._C._cuda_getCompiledVersion(), "cublas": cublas_version(),
         "cutlass": _dist_version("nvidia-cutlass", "nvidia-cutlass-dsl"), "package": package, "commit": git_commit(),

@@ -77,7 +77,7 @@ def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_nam
                 "sample": args.sample, "seed": args.seed, "layouts": args.layouts, "dtypes": args.dtypes,
                 "modes": args.modes, "l2": args.l2, "impls": impl_names, "unavailable": unavailable,
                 "tolerance": check.TOLERANCE, "settings": vars(settings) | {"modes": list(settings.modes)},
-                "reference": "cudal2_ops.correctness.reference if importable, else fp32 matmul with TF32 off",
+                "reference": "cudal2_ops.correctness.reference (fp32, no TF32, no reduced-precision reductions)",
                 "kernel": "CUDA graph of R calls, replay timed by CUDA events, median over >= 5 replays, per call",
                 "offline": "perf_counter around one call, synchronize before/after, fresh inputs, shuffled order",
                 "server": "offline + exponential idle gap (mean 1/qps) before each call"}
@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                         len(shape_list))
     done = {results.row_key(r) for r in doc["rows"]}
     l2_bytes = doc["header"]["l2_bytes"]
+    if args.l2 == "cold" and not l2_bytes:
+        print("--l2 cold needs the L2 size, which torch does not report here", file=sys.stderr)
+        return 2
     start = last_flush = time.perf_counter()
     wall0 = doc["header"].get("wall_s", 0.0)
     jobs = [(dtype, shape) for dtype in args.dtypes for shape in shape_list]

@@ -79,6 +79,6 @@ def build(names: list[str], layouts: list[str]) -> tuple[list[Impl], dict[str, s
                 impls += [Impl(name, layout, calls[layout]) for layout in layouts]
             else:
                 impls.append(Impl(name, FIXED_LAYOUT[name], _native_call(name, FIXED_LAYOUT[name])))
-        except (ImportError, AttributeError, RuntimeError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to load an implementation makes it unavailable
             unavailable[name] = f"{type(exc).__name__}: {exc}"
     return impls, unavailable

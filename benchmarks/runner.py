@@ -12,7 +12,7 @@ from benchmarks import check, timing
 from benchmarks.impls import Impl
 from benchmarks.shapes import Shape
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = check.DTYPES
 MODES = ("kernel", "offline", "server")
 
 
@@ -66,7 +66,10 @@ def cold_set_count(shape: Shape, l2_bytes: int, cap: int = 4096) -> int:
 
 
 def _row(shape: Shape, dtype: str, impl: Impl, mode: str, **fields) -> dict:
+    """One result row; a non-finite relative error is stored as null (strict JSON)."""
     m, n, k = shape
+    if not math.isfinite(fields.get("rel_err", 0.0)):
+        fields["rel_err"] = None
     return {"m": m, "n": n, "k": k, "dtype": dtype, "impl": impl.name, "layout": impl.layout, "mode": mode, **fields}
 
 
@@ -77,7 +80,7 @@ def _failure(exc: BaseException) -> str:
 def check_all(impls: list[Impl], inp: Inputs, dtype: str) -> dict[Impl, tuple[bool, float, str | None]]:
     """Runs each implementation once on set `inp` (output poisoned with NaN first; this also warms up, e.g. the
     autotune of a new shape) and compares with the fp32 reference."""
-    ref = check.reference(inp.a, inp.b_kn)
+    ref = check.fp32_reference(inp.a, inp.b_kn)
     verdicts = {}
     for impl in impls:
         try:
