@@ -243,7 +243,8 @@ def test_sanitizer_flags_planted_oob_write_and_race(fixture_lib, tmp_path):
         pytest.skip("compute-sanitizer not found")
     out = tmp_path / "sanitize.json"
     rc = load_script("sanitize_kernels").main(["--lib", str(fixture_lib), "--racecheck-families", "fixture_racy",
-                                               "--shapes", "129x136x72", "--jobs", "4", "--out", str(out)])
+                                               "--shapes", "129x136x72", "--jobs", "4", "--timeout", "90",
+                                               "--out", str(out)])
     doc = json.loads(out.read_text())
     clean = doc["kernels"]["fixture_clean_nt"]["memcheck"]
     if clean["status"] == "unsupported_device":
