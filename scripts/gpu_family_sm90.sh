@@ -69,7 +69,7 @@ for size in (4096, 8192):
             t, name, knobs = best
             k = lib.kernels[name]
             err = ((k.run(a, b, **knobs).float() - ref.float()).norm() / ref.float().norm()).item()
-            print(f"{size:>5} {str(dtype)[-7:-3]:>4} {layout:>3} {flop / t_ref / 1e9:9.1f} {flop / t / 1e9:8.1f} "
+            print(f"{size:>5} {('fp16' if dtype == torch.float16 else 'bf16'):>4} {layout:>3} {flop / t_ref / 1e9:9.1f} {flop / t / 1e9:8.1f} "
                   f"{t_ref / t:6.3f}  {name.replace('sm90_tma_ws_', '')} {knobs} err={err:.1e}")
 EOF
 
