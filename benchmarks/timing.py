@@ -54,9 +54,14 @@ def kernel_mode(call: IndexedCall, n_sets: int, est_ms: float, *, target_ms: flo
             call(i % n_sets)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(reps_calls):
-            call(i % n_sets)
+    # capture_begin/end rather than torch.cuda.graph(), which runs gc.collect() and empty_cache() on every capture
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        try:
+            for i in range(reps_calls):
+                call(i % n_sets)
+        finally:
+            graph.capture_end()
     graph.replay()
     torch.cuda.synchronize()
     reps = min_reps if est_ms * reps_calls >= 3 * target_ms else small_reps
