@@ -78,6 +78,8 @@ def _route_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     Metadata-only, so traceable by torch.compile. Under CUDA autocast: the autocast dtype, if every tensor is one
     autocast casts for linear (fp32/fp16/bf16 CUDA). Otherwise: x.dtype, if x, weight and bias share one half dtype.
     """
+    if not x.is_cuda:  # the common non-routed case first, cheaply
+        return None
     if torch.is_autocast_enabled("cuda"):
         dtype = torch.get_autocast_dtype("cuda")
         ok = (dtype in _HALF and _plain_cuda(x, _AUTOCAST_INPUTS) and _plain_cuda(weight, _AUTOCAST_INPUTS)

@@ -199,3 +199,22 @@ def test_cuda_graph_capture_of_patched_decode(dtype, compiled):
     assert rel(first, fresh) <= 2 * REL_TOL[dtype]
     assert rel(first, eager) > 0, "the replay must have read the new input"
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_hugging_face_llama(dtype):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                                   num_key_value_heads=2, vocab_size=1000)
+    model = transformers.LlamaForCausalLM(cfg).to("cuda", dtype).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 64), device="cuda")
+    with torch.no_grad():
+        ref = model(ids, use_cache=False).logits
+        summary = patch_linear(model, include="model.layers.*")
+        with OpCounter() as counter:
+            out = model(ids, use_cache=False).logits
+    assert len(summary.names) == 7 * cfg.num_hidden_layers and "lm_head" not in summary.names
+    assert rel(out, ref) <= 4 * REL_TOL[dtype]
+    if cudal2_ops.is_available():
+        assert counter.calls == 7 * cfg.num_hidden_layers
