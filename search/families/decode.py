@@ -19,7 +19,7 @@ TILE_K = (32, 64, 128, 256)
 WARPS = (1, 2, 4, 8, 16)
 MAX_STAGES = 8
 MAX_REGISTERS = 255
-BASE_REGISTERS = 48               # addresses, loop state, predicates (generous estimate)
+BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: ptxas reports 64..186 in total)
 ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 LAYOUT_NT = {"nt": "true", "nn": "false"}
 
@@ -95,11 +95,10 @@ def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stag
 
 
 def default_configs() -> list[HgemmConfig]:
-    """The always-built set: NT (nn.Linear) for M <= 8/16/32/64 and NN for M <= 16/64, fp16 and bf16."""
-    shapes = {  # tile_m -> (tile_n, tile_k, stages, warps); every one feasible on sm_80 and sm_90
-        8: (64, 128, 4, 4), 16: (64, 128, 4, 4), 32: (64, 128, 4, 4), 64: (128, 128, 3, 8)}
-    configs = []
-    for dtype in ("fp16", "bf16"):
-        for layout, tile_ms in (("nt", (8, 16, 32, 64)), ("nn", (16, 64))):
-            configs.extend(_config(dtype, layout, m, *shapes[m]) for m in tile_ms)
-    return configs
+    """The always-built set, per dtype: NT (nn.Linear) for M <= 8/16/32/64 plus a 256-wide M <= 64 tile for sm_90
+    (the fastest there on large N; can_implement refuses it where the shared memory does not fit), and NN for M <= 64.
+    Shapes picked by the cold-weight sweep on an H200 (see tests/gpu/test_kernels_decode.py)."""
+    shapes = [  # (layout, tile_m, tile_n, tile_k, stages, warps)
+        ("nt", 8, 128, 128, 4, 8), ("nt", 16, 64, 128, 4, 4), ("nt", 32, 128, 128, 3, 8),
+        ("nt", 64, 128, 128, 3, 8), ("nt", 64, 256, 64, 4, 8), ("nn", 64, 128, 128, 3, 8)]
+    return [_config(dtype, *shape) for dtype in ("fp16", "bf16") for shape in shapes]

@@ -6,7 +6,8 @@
 // `swizzle` and `raster` are ignored. With splits > 1 the partials go to the workspace and a second small kernel
 // on the same stream reduces them in split order.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
-// A and B 16-byte aligned with lda, ldb multiples of 8 elements. D and bias have no alignment requirement.
+// A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory.
+// D and bias have no alignment requirement.
 #ifndef CUDAL2_DECODE_GEMM_CUH_
 #define CUDAL2_DECODE_GEMM_CUH_
 
@@ -33,7 +34,15 @@ struct DecodeGemm {
     if (p->lda % 8 != 0 || p->ldb % 8 != 0 || !is_aligned(p->a, 16) || !is_aligned(p->b, 16)) return CUDAL2_UNSUPPORTED;
     // 32-bit tile indices; M * N partial offsets fit in 32 bits.
     if (p->n > INT_MAX / 64 || p->k > INT_MAX - Tr::kTileK) return CUDAL2_UNSUPPORTED;
-    return CUDAL2_OK;
+    return fits_shared_memory() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
+  }
+
+  // Whether the current device grants the CTA's shared memory (e.g. 227 KiB on sm_90, 163 KiB on sm_80).
+  static bool fits_shared_memory() {
+    int device = 0, optin = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+           Tr::kSmemBytes <= optin;
   }
 
   // Split-K parts for `p`: the requested or automatic count, rebalanced so that every part has the same number of
