@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 last_flush = time.perf_counter()
     finally:
         doc["header"]["wall_s"] = wall0 + time.perf_counter() - start
+        doc["header"]["nvidia_smi_end"] = env.nvidia_smi(torch.cuda.current_device())
         results.save(out, doc)
     failures = sum(not r["ok"] for r in doc["rows"])
     print(f"wrote {out}: {len(doc['rows'])} rows, {failures} failures, {doc['header']['wall_s']:.0f} s")
