@@ -65,6 +65,15 @@ def _dist_version(*names: str) -> str | None:
     return None
 
 
+def cutlass_pin() -> str | None:
+    """The CUTLASS version the kernel build pins (build_tools.kernel_lib.CUTLASS_PIN)."""
+    try:
+        from build_tools.kernel_lib import CUTLASS_PIN
+    except ImportError:
+        return None
+    return CUTLASS_PIN
+
+
 def git_commit() -> str | None:
     """HEAD of the checkout, with "+dirty" when tracked files differ; outside a git checkout (e.g. a copied tree on
     the GPU machine) the CUDAL2_COMMIT environment variable, else None."""
@@ -120,7 +129,8 @@ def header(argv: list[str]) -> dict:
         "l2_bytes": getattr(props, "L2_cache_size", None), "memory_bytes": props.total_memory, "capability": f"{props.major}.{props.minor}",
         "nvidia_smi": nvidia_smi(idx), "cuda": torch.version.cuda, "torch": torch.__version__,
         "torch_compiled_cuda": torch._C._cuda_getCompiledVersion(), "cublas": cublas_version(),
-        "cutlass": _dist_version("nvidia-cutlass", "nvidia-cutlass-dsl"), "package": package, "commit": git_commit(),
+        "cutlass": cutlass_pin(), "cutlass_installed": _dist_version("nvidia-cutlass"), "package": package,
+        "commit": git_commit(),
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.grid", *argv]),

@@ -62,3 +62,11 @@ def test_cold_set_count_exceeds_twice_l2():
     for shape in [(64, 64, 64), (1024, 1024, 1024), (16384, 16384, 16384)]:
         n = runner.cold_set_count(shape, l2, cap=10**6)
         assert n >= 2 and n * runner.touched_bytes(shape) > 2 * l2
+
+
+def test_gpu_slug_and_pin():
+    from benchmarks import env
+
+    assert env.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert env.gpu_slug("NVIDIA H200") == "h200"
+    assert env.cutlass_pin()
