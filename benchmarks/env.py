@@ -101,11 +101,11 @@ def measure_roofline() -> dict:
     a = torch.randn(n, n, device="cuda", dtype=torch.float16)
     b = torch.randn(n, n, device="cuda", dtype=torch.float16)
     out = torch.empty(n, n, device="cuda", dtype=torch.float16)
-    t_gemm = _best_us(lambda i: torch.matmul(a, b, out=out))
+    t_gemm = _best_us(lambda i, a=a, b=b, out=out: torch.matmul(a, b, out=out))
     del a, b, out
     x = torch.ones(2**30, device="cuda", dtype=torch.float32)
     acc = torch.empty((), device="cuda", dtype=torch.float32)
-    t_read = _best_us(lambda i: torch.sum(x, dim=0, out=acc))
+    t_read = _best_us(lambda i, x=x: torch.sum(x, dim=0, out=acc))
     nbytes = x.numel() * x.element_size()
     del x
     torch.cuda.empty_cache()
