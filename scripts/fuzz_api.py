@@ -6,7 +6,8 @@ batched A, matmul's out=.
 
     python3 scripts/fuzz_api.py --cases 10000 --seed 0 --out fuzz.json
     python3 scripts/fuzz_api.py --seed 0 --only 1234          # rerun one failure
-    python3 scripts/fuzz_api.py --impl torch --cases 2000     # fuzz torch itself (validates the fuzzer)
+    python3 scripts/fuzz_api.py --impl fp32 --cases 2000      # fp32 computed, rounded once: must pass (self-check)
+    python3 scripts/fuzz_api.py --impl torch --cases 2000     # torch.matmul / F.linear with torch's defaults
 
 Writes counts, elapsed time, the environment and every failure's repro to --out; exits 1 on any failure.
 """
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cudal2_ops.correctness.fuzz import make_case, make_cases, run_fuzz  # noqa: E402
+from cudal2_ops.correctness.fuzz import fp32_api, make_case, make_cases, run_fuzz  # noqa: E402
 
 
 def environment(device: torch.device, impl: str) -> dict:
@@ -43,6 +44,8 @@ def api(impl: str):
     """(matmul, linear) of the implementation under test."""
     if impl == "torch":
         return torch.matmul, F.linear
+    if impl == "fp32":
+        return fp32_api()
     import cudal2_ops  # noqa: PLC0415
     return cudal2_ops.matmul, cudal2_ops.linear
 
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=1000, help="number of cases (0 .. cases-1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", type=int, action="append", help="run only this case index (repeatable)")
-    parser.add_argument("--impl", choices=("cudal2", "torch"), default="cudal2")
+    parser.add_argument("--impl", choices=("cudal2", "fp32", "torch"), default="cudal2")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--time-limit", type=float, help="stop after this many seconds (the report says how many ran)")
     parser.add_argument("--out", type=Path, help="results JSON")

@@ -181,7 +181,7 @@ def _sleep_cycles(device_index: int, seconds: float) -> int:
 
 
 def check_stream(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckContext) -> CheckResult:
-    """Runs on the caller's (non-default) stream behind a long sleep: sees inputs written there, never syncs the host."""
+    """On the caller's (non-default) stream behind a long sleep: sees the inputs written there, never syncs the host."""
     new = random_inputs(shape, layout, dtype, ctx.with_bias, ctx.seeds[0], ctx.device)
     a, b, bias = (t.clone() if t is not None else None
                   for t in random_inputs(shape, layout, dtype, ctx.with_bias, ctx.seeds[0] + 1000, ctx.device))

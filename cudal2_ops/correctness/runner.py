@@ -40,8 +40,9 @@ def run_checks(impl: Impl, shapes: Iterable[tuple[int, int, int]], layout: str, 
             try:
                 results.append(CHECKS[name](impl, shape, layout, dtype, ctx))
             except Exception as exc:  # noqa: BLE001 (any failure of the impl is a failed check, reported)
+                first_line = str(exc).splitlines()[0] if str(exc) else ""
                 results.append(CheckResult(name, shape, layout, dtype_name(dtype), False,
-                                           f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+                                           f"raised {type(exc).__name__}: {first_line}"))
     return results
 
 

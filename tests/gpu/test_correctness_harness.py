@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cudal2_ops.correctness import CHECKS, all_passed, run_checks, summarize, torch_impl
-from cudal2_ops.correctness.fuzz import validate_report
+from cudal2_ops.correctness.fuzz import fp32_api, make_cases, run_fuzz, validate_report
 from cudal2_ops.correctness.kernel_impl import KernelImpl
 from cudal2_ops.correctness.reference import strict_cublas
 from cudal2_ops.kernel_library import KernelLibrary
@@ -142,12 +142,20 @@ def test_broken_impl_fails_its_check(make_impl, check, fragment):
 
 # ---------------------------------------------------------------- fuzzer
 
-def test_fuzzer_passes_torch(tmp_path):
+def test_fuzzer_passes_fp32_formulation(tmp_path):
     out = tmp_path / "fuzz.json"
-    assert load_script("fuzz_api").main(["--impl", "torch", "--cases", "300", "--seed", "11", "--out", str(out)]) == 0
+    assert load_script("fuzz_api").main(["--impl", "fp32", "--cases", "1000", "--seed", "11", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     validate_report(doc)
-    assert doc["cases"] == 300 and doc["failures"] == 0 and doc["environment"]["gpu"]
+    assert doc["cases"] == 1000 and doc["failures"] == 0 and doc["environment"]["gpu"]
+
+
+def test_fuzzer_flags_a_linear_that_drops_the_bias():
+    matmul, linear = fp32_api()
+    cases = [c for c in make_cases(12, 3000) if c.k <= 256][:300]  # the bias is not lost in the sum's rounding
+    doc = run_fuzz(12, cases, matmul, lambda x, w, bias=None: linear(x, w), "cuda", "no-bias", {})
+    validate_report(doc)
+    assert {f["index"] for f in doc["failed_cases"]} == {c.index for c in cases if c.bias}
 
 
 # ---------------------------------------------------------------- fixture kernel library (needs nvcc)
