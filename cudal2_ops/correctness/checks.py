@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .inputs import GuardedTensor, exact_expected, exact_inputs, random_inputs, same_bits
-from .reference import Impl, dtype_name, error_stats, reference, torch_impl, within_tolerance
+from .reference import Impl, default_device, dtype_name, error_stats, reference, torch_impl, within_tolerance
 
 # Stream check: how long the caller's stream sleeps before its inputs are written.
 STREAM_SLEEP_S = 0.25
@@ -43,7 +43,7 @@ class CheckContext:
     with_bias: bool = False
     baseline: Impl | None = None       # None: torch_impl(layout)
     seeds: tuple[int, ...] = (0, 1, 2)
-    device: torch.device = field(default_factory=lambda: torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    device: torch.device = field(default_factory=default_device)
 
     def baseline_for(self, layout: str) -> Impl:
         return self.baseline if self.baseline is not None else torch_impl(layout)

@@ -24,6 +24,11 @@ MAX_ABS_FACTOR = 2.0
 MAX_ABS_SLACK = 1e-3
 
 
+def default_device() -> torch.device:
+    """The first CUDA device when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """"fp16" / "bf16" for a torch dtype."""
     return next(name for name, t in DTYPES.items() if t == dtype)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from .checks import CHECKS, CUDA_ONLY, CheckContext, CheckResult
-from .reference import Impl, dtype_name
+from .reference import Impl, default_device, dtype_name
 
 
 def default_checks(device: torch.device) -> tuple[str, ...]:
@@ -24,8 +24,7 @@ def run_checks(impl: Impl, shapes: Iterable[tuple[int, int, int]], layout: str, 
     same dtype). An impl with a `workspace_bytes(a, b, bias, out)` attribute is called with `workspace=` by the
     guard check, so its workspace is fenced too.
     """
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available()
-                                                                          else "cpu")
+    device = torch.device(device) if device is not None else default_device()
     names = tuple(checks) if checks is not None else default_checks(device)
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
