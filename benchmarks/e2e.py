@@ -363,9 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("benchmarks.e2e needs a CUDA GPU", file=sys.stderr)
         return 2
-    for knob in ("recompile_limit", "cache_size_limit"):  # the layers share code: variants x shapes cache entries
-        if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 64)
+    # The layers share one code object: its cache holds (unpatched, patched) x shapes entries.
+    knob = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, knob, 64)
     start = time.perf_counter()
     cfg = LlamaConfig.from_shapes(args.model, args.layers)
     args.out.mkdir(parents=True, exist_ok=True)
