@@ -103,9 +103,10 @@ def _cudal2_linear_forward(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def _patched_forward(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
-    """Installed as `nn.Linear.forward` while a patch is active."""
-    if self._cudal2_route or (_global_on and (_global_subclasses or type(self).forward is _patched_forward)):
-        return _cudal2_linear_forward(self, input)
+    """Installed as `nn.Linear.forward` while a patch is active. TorchScript compiles torch's own forward."""
+    if not torch.jit.is_scripting():
+        if self._cudal2_route or (_global_on and (_global_subclasses or type(self).forward is _patched_forward)):
+            return _cudal2_linear_forward(self, input)
     return F.linear(input, self.weight, self.bias)
 
 
@@ -237,7 +238,9 @@ class CudaL2Linear(nn.Linear):
     """
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return _cudal2_linear_forward(self, input)
+        if not torch.jit.is_scripting():  # TorchScript compiles (and runs) plain F.linear
+            return _cudal2_linear_forward(self, input)
+        return F.linear(input, self.weight, self.bias)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> CudaL2Linear:

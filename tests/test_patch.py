@@ -243,6 +243,16 @@ def test_autograd_matches_unpatched(calls, cpu_route):
         torch.testing.assert_close(a, b)
 
 
+def test_torchscript_compiles_torch_forward(calls, cpu_route):
+    lin = nn.Linear(8, 4)
+    P.patch_linear()
+    x = torch.randn(3, 8)
+    for module in (lin, P.CudaL2Linear.from_linear(lin)):
+        scripted = torch.jit.script(module)
+        assert "cudal2" not in scripted.code and torch.equal(scripted(x), F.linear(x, lin.weight, lin.bias))
+    assert calls.n == 0
+
+
 def test_route_dtype_rule():
     with FakeTensorMode():
         x16 = torch.empty(2, 8, device="cuda", dtype=torch.float16)
