@@ -94,13 +94,6 @@ class Workload:
         return lambda: run_layers(layers, self.model.norm, self.h, self.cos, self.sin, self.caches)
 
 
-def set_patched(model: torch.nn.Module, patched: bool) -> None:
-    if patched:
-        patch_linear(model)
-    else:
-        unpatch_linear(model)
-
-
 def capture(fn: Callable[[], torch.Tensor], warmup: int = 3) -> Callable[[], torch.Tensor]:
     """Capture `fn` in a CUDA graph (after warm-up on a side stream); returns a replay that yields the static output."""
     stream = torch.cuda.Stream()
@@ -175,12 +168,18 @@ class Bench:
             self.compiled[dtype] = [torch.compile(layer, fullgraph=True) for layer in self.models[dtype].layers]
         return self.models[dtype]
 
+    def set_patched(self, model: LlamaStack, patched: bool) -> None:
+        if patched:
+            patch_linear(model, include=self.args.include, exclude=self.args.exclude)
+        else:
+            unpatch_linear(model)
+
     def expected_setup_s(self, sc: Scenario) -> float:
         compiles = sc.mode.startswith("compile") and sc.workload not in self.compiled_workloads
         return self.max_compile_s if compiles else 0.0
 
     def runner(self, sc: Scenario, work: Workload, model: LlamaStack, patched: bool) -> Callable[[], torch.Tensor]:
-        set_patched(model, patched)
+        self.set_patched(model, patched)
         layers = self.compiled[sc.dtype] if sc.mode.startswith("compile") else model.layers
         fn = work.step(layers)
         return capture(fn) if sc.mode.endswith("graph") else fn
@@ -214,11 +213,10 @@ class Bench:
         row.update(self.measure(runners, model, sc))
         return row
 
-    @staticmethod
-    def count_cudal2_calls(runners: dict, model: LlamaStack) -> dict:
+    def count_cudal2_calls(self, runners: dict, model: LlamaStack) -> dict:
         counts = {}
         for patched, name in ((False, "unpatched"), (True, "patched")):
-            set_patched(model, patched)
+            self.set_patched(model, patched)
             with CudaL2OpCounter() as counter:
                 runners[patched]()
             counts[name] = counter.calls
@@ -230,7 +228,7 @@ class Bench:
         per_round = math.ceil(args.iters / args.rounds)
         for r in range(args.rounds):
             for patched in ((False, True) if r % 2 == 0 else (True, False)):
-                set_patched(model, patched)
+                self.set_patched(model, patched)
                 for _ in range(args.warmup):
                     runners[patched]()
                 time_block(runners[patched], per_round, *samples[patched])
@@ -253,6 +251,11 @@ def environment(argv: list[str], cfg: LlamaConfig, args: argparse.Namespace) -> 
     hdr["fp16_reduced_precision_reduction"] = torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
     hdr["bf16_reduced_precision_reduction"] = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
     hdr["model"] = {"name": args.model, "random_weights": True, **asdict(cfg)}
+    meta_model = LlamaStack(cfg, device="meta")
+    routed = patch_linear(meta_model, include=args.include, exclude=args.exclude).names
+    unpatch_linear(meta_model)
+    hdr["patch"] = {"include": args.include, "exclude": args.exclude, "routed_linear_modules": len(routed),
+                    "linear_modules": sum(isinstance(m, torch.nn.Linear) for m in meta_model.modules())}
     hdr["protocol"] = {"iters": args.iters, "rounds": args.rounds, "warmup_per_block": args.warmup,
                        "budget_s": args.budget_s, "timing": "CUDA events (gpu_ms) and perf_counter with synchronize "
                        "(e2e_ms) around each call; unpatched/patched blocks alternate; medians"}
@@ -275,6 +278,8 @@ def markdown(doc: dict) -> str:
         f"- command: `{h['command']}`; cudal2 extension available: {h['cudal2_available']}"
         + ("" if h["cudal2_available"] else " (NOT available: the patched path ran torch, speedups are noise)"),
         f"- protocol: {h['protocol']['timing']}; {h['protocol']['iters']} timed calls per variant",
+        f"- patched: {h['patch']['routed_linear_modules']} of {h['patch']['linear_modules']} nn.Linear modules "
+        f"(include {h['patch']['include']}, exclude {h['patch']['exclude']})",
         "- speedup = unpatched / patched (> 1: patched faster); rel err = ||patched - unpatched|| / ||unpatched|| of "
         "the stack output; floor = same error of unpatched in this mode vs unpatched eager",
         "",
@@ -346,7 +351,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=30, help="timed calls per variant")
     ap.add_argument("--rounds", type=int, default=3, help="alternating unpatched/patched blocks")
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls before each block")
-    ap.add_argument("--budget-s", type=float, default=180.0, help="skip remaining scenarios once this is spent")
+    ap.add_argument("--budget-s", type=float, default=170.0, help="skip remaining scenarios once this is spent")
+    ap.add_argument("--include", nargs="*", default=None,
+                    help="patch only Linear modules matching these fnmatch patterns (e.g. '*.mlp.*'); default all")
+    ap.add_argument("--exclude", nargs="*", default=None, help="never patch modules matching these patterns")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.quick:

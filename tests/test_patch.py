@@ -388,6 +388,7 @@ def test_e2e_plan_and_markdown():
                "status": "skipped: time budget"}
     env = {"gpu": "X", "sm_count": 1, "cuda": "13.0", "torch": torch.__version__, "commit": "c", "date": "d",
            "command": "python -m benchmarks.e2e", "cudal2_available": False,
-           "model": {"name": "llama-3-8b", "layers": 2}, "protocol": {"timing": "t", "iters": 3}}
+           "model": {"name": "llama-3-8b", "layers": 2}, "protocol": {"timing": "t", "iters": 3},
+           "patch": {"include": None, "exclude": None, "routed_linear_modules": 14, "linear_modules": 14}}
     md = e2e.markdown({"environment": env, "rows": [ok, skipped]})
     assert "NOT available" in md and "skipped: time budget" in md and "| decode | graph | 1 | 1.000 | 1.000 |" in md
