@@ -14,7 +14,8 @@ in which case they are cast to the autocast dtype first, exactly as autocast wou
 `F.linear(input, self.weight, self.bias)`, which is what `nn.Linear.forward` itself does, so CPU, fp32, fp64,
 tensor subclasses (DTensor, ...) and mixed dtypes behave bit for bit as unpatched. The checks read only tensor
 metadata and Python flags, so torch.compile traces them without graph breaks (flags become guards: patching or
-unpatching after compilation triggers a recompile rather than a stale graph).
+unpatching after compilation triggers a recompile rather than a stale graph). TorchScript (torch.jit.script) compiles
+the plain F.linear path.
 
 Subclasses of `nn.Linear` that override `forward` (LoRA, quantized layers, ...) are left alone unless
 `include_subclasses=True`; then calls they make to `nn.Linear.forward` (e.g. `super().forward(x)`) are routed, while
