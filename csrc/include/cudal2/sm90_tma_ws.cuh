@@ -82,12 +82,12 @@ inline cutlass::gemm::kernel::detail::RasterOrderOptions raster_of(int raster) {
 
 // One kernel of the family. `Stages` == 0 lets CUTLASS fill the shared memory left after the epilogue.
 template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
-          TileScheduler Sched_, int Stages>
+          TileScheduler Tiles, int Stages>
 struct TmaWsGemm {
   static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
                 "sm90_tma_ws supports fp16 and bf16");
   static_assert(Layout == CUDAL2_NN || Layout == CUDAL2_NT, "unknown layout");
-  static_assert(Sched_ == TileScheduler::kPersistent || Sched == Schedule::kCooperative,
+  static_assert(Tiles == TileScheduler::kPersistent || Sched == Schedule::kCooperative,
                 "CUTLASS's stream-K scheduler needs the cooperative schedule");
 
   static constexpr int kDtype = std::is_same_v<Element, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
@@ -112,13 +112,13 @@ struct TmaWsGemm {
       Stages == 0,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;  // the 2 only names a type never used
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignElements, Element, LayoutB,
       kAlignElements, Accumulator, TileShape, ClusterShape, StageCount, typename Tags::Mainloop>::CollectiveOp;
 
-  using SchedulerTag = std::conditional_t<Sched_ == TileScheduler::kStreamK, cutlass::gemm::StreamKScheduler,
+  using SchedulerTag = std::conditional_t<Tiles == TileScheduler::kStreamK, cutlass::gemm::StreamKScheduler,
                                           cutlass::gemm::PersistentScheduler>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, SchedulerTag>;
@@ -152,7 +152,7 @@ struct TmaWsGemm {
     args.hw_info.sm_count = sm_count_of(p);
     args.scheduler.max_swizzle_size = p->swizzle > 0 ? p->swizzle : 1;
     args.scheduler.raster_order = raster_of(p->raster);
-    if constexpr (Sched_ == TileScheduler::kStreamK) {
+    if constexpr (Tiles == TileScheduler::kStreamK) {
       using Decomposition = typename Kernel::TileScheduler::DecompositionMode;
       args.scheduler.splits = p->splits > 1 ? p->splits : 1;
       args.scheduler.decomposition_mode = p->splits > 1    ? Decomposition::SplitK
