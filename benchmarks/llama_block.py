@@ -2,7 +2,9 @@
 
 Same projection shapes and module names as Hugging Face Llama (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
 down_proj, all bias-free nn.Linear), RMSNorm, rotary position embedding, SwiGLU MLP, grouped-query attention via
-F.scaled_dot_product_attention(enable_gqa=True). No embedding or LM head: inputs are hidden states [B, S, hidden].
+F.scaled_dot_product_attention(enable_gqa=True) -- except a one-token decode step, which folds each kv head's group of
+query heads into the query length (exact, no k/v repetition, any SDPA backend). No embedding or LM head: inputs are
+hidden states [B, S, hidden].
 
 Two phases:
 - prefill: h [B, S, hidden], causal attention over the S new tokens, no cache.
@@ -102,9 +104,12 @@ class Attention(nn.Module):
             pos = k_cache.shape[2] - s
             k_cache[:, :, pos:] = k
             v_cache[:, :, pos:] = v
-            k, v = k_cache, v_cache
-            mask = None if s == 1 else torch.ones(s, pos + s, dtype=torch.bool, device=x.device).tril(pos)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            if s == 1:  # one token: fold each kv head's query group into the query length, plain SDPA
+                group = q.view(b, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+                out = F.scaled_dot_product_attention(group, k_cache, v_cache).view(b, self.heads, 1, self.head_dim)
+            else:
+                mask = torch.ones(s, pos + s, dtype=torch.bool, device=x.device).tril(pos)
+                out = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
 
