@@ -66,10 +66,12 @@ for size in (4096, 8192):
                 times = [(graph_ms(lambda: k.run(a, b, out=out, **knobs)), k.name, knobs) for knobs in KNOBS]
                 per_kernel.append(min(times, key=lambda x: x[0]))
             t, name, knobs = min(per_kernel, key=lambda x: x[0])
-            others = " ".join(f"{n.split('_')[5]}/{n.split('_')[-1][:2]}={flop / tk / 1e9:.0f}" for tk, n, _ in per_kernel)
+            others = " ".join(f"{n.split('_')[5]}/{n.split('_')[-1][:2]}={flop / tk / 1e9:.0f}"
+                              for tk, n, _ in per_kernel)
             k = lib.kernels[name]
             err = ((k.run(a, b, **knobs).float() - ref.float()).norm() / ref.float().norm()).item()
-            print(f"{size:>5} {('fp16' if dtype == torch.float16 else 'bf16'):>4} {layout:>3} {flop / t_ref / 1e9:9.1f} {flop / t / 1e9:8.1f} "
+            label = "fp16" if dtype == torch.float16 else "bf16"
+            print(f"{size:>5} {label:>4} {layout:>3} {flop / t_ref / 1e9:9.1f} {flop / t / 1e9:8.1f} "
                   f"{t_ref / t:6.3f}  {name.replace('sm90_tma_ws_', '')} {knobs} err={err:.1e} | {others}")
 EOF
 

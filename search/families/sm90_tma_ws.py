@@ -112,7 +112,8 @@ def render(cfg: HgemmConfig) -> str:
         f"template struct {gemm_type(cfg)};\n"
         f"using Gemm = {gemm_type(cfg)};\n"
         "\n"
-        f'CUDAL2_EXPORT_KERNEL({cfg.name}, "{FAMILY}", 90, 90, {DTYPE_CODES[cfg.dtype]}, {LAYOUT_CODES[cfg.layout]}, 1,\n'
+        f'CUDAL2_EXPORT_KERNEL({cfg.name}, "{FAMILY}", 90, 90, '
+        f"{DTYPE_CODES[cfg.dtype]}, {LAYOUT_CODES[cfg.layout]}, 1,\n"
         "                     Gemm::can_implement, Gemm::workspace_size, Gemm::launch)\n"
     )
 
