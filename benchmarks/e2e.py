@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import cudal2_ops
 from benchmarks import env
 from benchmarks.llama_block import LlamaConfig, LlamaStack, rope_tables, run_layers
 from cudal2_ops.patch import patch_linear, unpatch_linear
@@ -243,8 +244,7 @@ class Bench:
 
 
 def environment(argv: list[str], cfg: LlamaConfig, args: argparse.Namespace) -> dict:
-    import cudal2_ops
-
+    """benchmarks.env's header plus this benchmark's model, patch filters and protocol."""
     hdr = env.header(argv)
     hdr["command"] = shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.e2e", *argv])
     hdr["cudal2_available"] = cudal2_ops.is_available()
