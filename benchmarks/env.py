@@ -6,7 +6,6 @@ import ctypes
 import datetime
 import importlib.metadata
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -16,16 +15,11 @@ from pathlib import Path
 import torch
 
 from benchmarks import timing
+from cudal2_ops.tables import gpu_slug
 
 REPO = Path(__file__).resolve().parent.parent
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
               "power.limit", "memory.total", "pci.bus_id")
-
-
-def gpu_slug(name: str) -> str:
-    """A folder name for a GPU: "NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3"."""
-    name = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown-gpu"
 
 
 def _run(cmd: list[str]) -> str | None:

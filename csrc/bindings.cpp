@@ -71,12 +71,14 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::o
   pybind11::dict out;
   const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  Route route = route_gemm(a, b_kn, bias_ptr, nullptr);
+  std::vector<at::Tensor> operands;
+  Route route = route_or_copy(a, b_kn, bias_ptr, operands);
   if (!route.ours) {
     out["path"] = "torch";
     out["reason"] = route.torch_reason;
     return out;
   }
+  out["copies_operands"] = !operands[0].is_same(a) || !operands[1].is_same(b_kn);
   const GemmArgs& g = route.args;
   out["layout"] = g.layout == CUDAL2_NT ? "nt" : "nn";
   out["dtype"] = g.dtype == CUDAL2_BF16 ? "bf16" : "fp16";

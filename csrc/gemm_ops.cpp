@@ -32,7 +32,8 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.size(-1) == b.size(0), "cudal2.matmul: shapes ", a.sizes(), " and ", b.sizes(),
               " cannot be multiplied (a's last dim ", a.size(-1), " must equal b's first dim ", b.size(0), ")");
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  Route route = route_gemm(a, b, nullptr, nullptr);
+  std::vector<at::Tensor> copies;
+  Route route = route_or_copy(a, b, nullptr, copies);
   if (!route.ours) return at::matmul(a, b);
   at::Tensor out = at::empty(output_sizes(a, route.args.n), a.options());
   return dispatch_into(route, out) ? out : at::matmul(a, b);
@@ -47,7 +48,8 @@ at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
   if (!simple) return at::matmul_out(out, a, b);  // torch's own checks, resizing and errors
   check_gemm_inputs("cudal2.matmul", a, b, nullptr);
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  Route route = route_gemm(a, b, nullptr, nullptr);
+  std::vector<at::Tensor> copies;
+  Route route = route_or_copy(a, b, nullptr, copies);
   if (!route.ours || !dispatch_into(route, out)) return at::matmul_out(out, a, b);
   return out;
 }
@@ -63,7 +65,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
                 " elements but weight ", weight.sizes(), " has N=", weight.size(0), " outputs");
   }
   c10::cuda::OptionalCUDAGuard guard(x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt);
-  Route route = route_gemm(x, weight.t(), bias_ptr, nullptr);
+  std::vector<at::Tensor> copies;
+  Route route = route_or_copy(x, weight.t(), bias_ptr, copies);
   if (!route.ours) return at::linear(x, weight, bias);
   at::Tensor out = at::empty(output_sizes(x, route.args.n), x.options());
   return dispatch_into(route, out) ? out : at::linear(x, weight, bias);

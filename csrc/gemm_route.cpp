@@ -56,6 +56,7 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
   const int64_t lda = r.a2d.defined() ? row_major_ld(r.a2d) : -1;
   if (lda < 0) {
     r.torch_reason = "a is not row-major with unit inner stride";
+    r.strides = Route::StrideObstacle::kA;
     return r;
   }
   Operand op;
@@ -66,10 +67,12 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
     op = {b_nk, CUDAL2_NT, ld_t};
   } else {
     r.torch_reason = "b has no unit-stride dimension";
+    r.strides = Route::StrideObstacle::kB;
     return r;
   }
   if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != n || bias->stride(0) != 1)) {
     r.torch_reason = "bias is not a contiguous [N] vector";
+    if (bias->numel() == n) r.strides = Route::StrideObstacle::kBias;
     return r;
   }
   GemmArgs& g = r.args;
@@ -95,6 +98,19 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
   }
   r.ours = true;
   return r;
+}
+
+Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, std::vector<at::Tensor>& keep) {
+  keep = {a, b_kn, bias != nullptr ? *bias : at::Tensor()};
+  for (;;) {
+    Route route = route_gemm(keep[0], keep[1], bias != nullptr ? &keep[2] : nullptr, nullptr);
+    switch (route.strides) {
+      case Route::StrideObstacle::kNone: return route;
+      case Route::StrideObstacle::kA: keep[0] = keep[0].contiguous(); break;
+      case Route::StrideObstacle::kB: keep[1] = keep[1].contiguous(); break;
+      case Route::StrideObstacle::kBias: keep[2] = keep[2].reshape({-1}).contiguous(); break;
+    }
+  }
 }
 
 }  // namespace cudal2

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gemm_args.h"
 
@@ -22,7 +23,9 @@ struct Route {
   bool ours = false;
   GemmArgs args;
   std::string torch_reason;
-  at::Tensor a2d;  // A viewed as [M, K]
+  // Which operand's strides keep the call off our path (a contiguous copy of it would take our path).
+  enum class StrideObstacle { kNone, kA, kB, kBias } strides = StrideObstacle::kNone;
+  at::Tensor a2d;             // A viewed as [M, K]
 };
 
 // Validates the inputs of cudal2.matmul / cudal2.linear (same device, same dtype, matching inner dims) and throws a
@@ -32,5 +35,10 @@ void check_gemm_inputs(const char* op, const at::Tensor& a, const at::Tensor& b_
 // Routes a @ b_kn (+ bias), where b_kn is the logical [K, N] right operand (for linear: weight.t()).
 // `out2d` (optional) is the [M, N] destination.
 Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, const at::Tensor* out2d);
+
+// route_gemm, except that an operand whose strides keep the call off our path is replaced by a contiguous copy
+// (correct, not tuned), so fp16/bf16 CUDA calls always get fp32 accumulation with a single rounding. `keep` holds the
+// operands used (copies included) alive until the GEMM is enqueued.
+Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, std::vector<at::Tensor>& keep);
 
 }  // namespace cudal2

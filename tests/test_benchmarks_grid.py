@@ -67,6 +67,6 @@ def test_cold_set_count_exceeds_twice_l2():
 def test_gpu_slug_and_pin():
     from benchmarks import env
 
-    assert env.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
-    assert env.gpu_slug("NVIDIA H200") == "h200"
+    assert env.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia_h100_80gb_hbm3"
+    assert env.gpu_slug("NVIDIA H200") == "nvidia_h200"
     assert env.cutlass_pin()

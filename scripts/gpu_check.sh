@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One step of GPU work on a lent H100/H200, in one go: build, GPU tests, benchmarks, fuzz, sanitizer, e2e.
+#
+#   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
+#
+# Stages: build, tests, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, e2e, all.
+# Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
+# Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:?usage: scripts/gpu_check.sh OUT_DIR STAGE...}
+shift
+mkdir -p "$OUT_DIR"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
+SUMMARY="$OUT_DIR/summary.txt"
+GPU_SLUG=$("$PY" -c "import torch; from cudal2_ops.tables import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))" 2>/dev/null || echo unknown_gpu)
+
+stage() {  # stage NAME COMMAND...: runs COMMAND with its log in OUT_DIR/NAME.log, records status and duration
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$OUT_DIR/$name.log" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$SUMMARY"
+  tail -n 4 "$OUT_DIR/$name.log" | sed "s/^/  [$name] /" | tee -a "$SUMMARY"
+  return $rc
+}
+
+run_stage() {
+  case $1 in
+    build) stage build ./scripts/install.sh && stage info "$PY" -m cudal2_ops info ;;
+    tests) stage gpu_tests "$PY" -m pytest -q -m gpu tests -x --no-header -rfE ;;
+    fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
+    sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
+                --sample "${SANITIZE_SAMPLE:-12}" --out "$OUT_DIR/sanitize.json" ;;
+    bench-kernel) stage bench_kernel "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \
+                    --modes kernel --out "$OUT_DIR/g1000_kernel.json" ;;
+    bench-offline) stage bench_offline "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \
+                     --modes offline --out "$OUT_DIR/g1000_offline.json" ;;
+    bench-server) stage bench_server "$PY" -m benchmarks.grid --shapes g1000 --sample 100 --seed 0 --layouts nt,nn \
+                    --dtypes fp16 --modes server --out "$OUT_DIR/g1000_server.json" ;;
+    bench-llm) stage bench_llm "$PY" -m benchmarks.grid --shapes llm --layouts nt --dtypes fp16,bf16 \
+                 --modes kernel --out "$OUT_DIR/llm_kernel.json" ;;
+    e2e) stage e2e "$PY" -m benchmarks.e2e --out "$OUT_DIR" ;;
+    all) for s in build tests fuzz sanitize bench-kernel bench-offline bench-server bench-llm e2e; do run_stage $s; done ;;
+    *) echo "unknown stage $1" >&2; return 2 ;;
+  esac
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT_DIR/gpu.csv" 2>&1
+echo "gpu: $(tail -n 1 "$OUT_DIR/gpu.csv") slug=$GPU_SLUG commit=$(git rev-parse --short HEAD 2>/dev/null)" | tee -a "$SUMMARY"
+for s in "$@"; do run_stage "$s"; done

@@ -1,0 +1,137 @@
+"""The measured sweep behind a table: every built kernel against cuBLASLt-autotune, per problem, on this GPU.
+
+For each problem (G1000 shapes up to a size cap, NT and NN, and LLM decode shapes): the cuBLASLt-autotune baseline
+and every kernel of matching dtype/layout that accepts the problem are checked against the fp32 reference, then
+timed in kernel mode (CUDA-graph replay, the benchmark suite's timer) in the same process on the same inputs. The
+fastest correct kernel must also pass the exact-integer check before it is recorded as correct.
+
+    python -m search.sweep --out sweep.json [--max-log2-mnk 34] [--budget-s 300]
+    python -m search.table_select sweep.json     # -> kernels/<arch_dir>/<gpu_slug>.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import time
+import uuid
+from pathlib import Path
+
+import torch
+
+import cudal2_ops
+from benchmarks import env as bench_env
+from benchmarks import shapes as bench_shapes
+from benchmarks import timing
+from build_tools.kernel_lib import CUTLASS_PIN
+from cudal2_ops._extension import _C
+from cudal2_ops.correctness import checks, reference
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+PROTOCOL = "kernel mode: CUDA-graph replay of R calls, CUDA events, median of >= 5 replays; warm L2; same inputs"
+
+
+def problems(max_log2_mnk: float, llm_max_m: int) -> list[tuple[str, str, int, int, int]]:
+    """(layout, dtype, M, N, K): G1000 up to the size cap (nt, nn; fp16) and LLM shapes up to M (nt; fp16, bf16)."""
+    out = [(layout, "fp16", *s) for s in bench_shapes.g1000() if bench_shapes.log2_mnk(s) <= max_log2_mnk
+           for layout in ("nt", "nn")]
+    out += [("nt", dtype, *s) for s in bench_shapes.llm() if s[0] <= llm_max_m for dtype in ("fp16", "bf16")]
+    return sorted(set(out), key=lambda p: (bench_shapes.log2_mnk(p[2:]), p))
+
+
+def kernel_impl(name: str, layout: str):
+    """An `impl(a, b, bias, out)` running one kernel by name with default knobs (for the correctness checks)."""
+    def impl(a, b, bias, out):
+        _C.run_kernel(name, a, b, bias, out, layout, 0, 0, 0)
+        return out
+    return impl
+
+
+def time_call(call) -> float:
+    """Median per-call GPU time (us) of `call` in kernel mode."""
+    call()
+    est = timing.estimate_ms(lambda i: call(), 1)
+    return timing.kernel_mode(lambda i: call(), 1, est)["median_us"]
+
+
+def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list[str]) -> dict:
+    """Baseline and candidate measurements for one problem."""
+    tdtype = TORCH_DTYPES[dtype]
+    a = torch.randn(m, k, device="cuda", dtype=tdtype)
+    b = torch.randn((k, n) if layout == "nn" else (n, k), device="cuda", dtype=tdtype)
+    out = torch.empty(m, n, device="cuda", dtype=tdtype)
+    ref = reference.reference(a, b, layout)
+    tol = 8e-3 if dtype == "bf16" else 1e-3
+
+    def rel_err() -> float:
+        return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+    row = {"layout": layout, "dtype": dtype, "m": m, "n": n, "k": k, "baseline": "cublaslt-autotune"}
+    _C.cublaslt_matmul(a, b, None, out, layout, "autotune")  # tunes once for this problem
+    row["baseline_err"] = rel_err()
+    row["baseline_us"] = time_call(lambda: _C.cublaslt_matmul(a, b, None, out, layout, "autotune"))
+    row["candidates"] = []
+    for name in kernels:
+        out.fill_(float("nan"))
+        try:
+            _C.run_kernel(name, a, b, None, out, layout, 0, 0, 0)
+        except RuntimeError:
+            continue  # the kernel does not accept this problem
+        err = rel_err()
+        cand = {"kernel": name, "splits": 0, "swizzle": 0, "raster": 0, "err": err, "correct": err <= tol}
+        if cand["correct"]:
+            cand["us"] = time_call(lambda: _C.run_kernel(name, a, b, None, out, layout, 0, 0, 0))
+        row["candidates"].append(cand)
+    timed = [c for c in row["candidates"] if c.get("us")]
+    if timed:
+        best = min(timed, key=lambda c: c["us"])
+        exact = checks.check_exact(kernel_impl(best["kernel"], layout), (m, n, k), layout, tdtype,
+                                   checks.CheckContext())
+        best["correct"] = exact.passed
+        best["exact_check"] = exact.detail
+    return row
+
+
+def environment() -> dict:
+    """The facts a table header is validated against, plus provenance."""
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu_name": props.name, "sm_count": props.multi_processor_count, "capability": [props.major, props.minor],
+            "cuda": torch.version.cuda, "driver": bench_env.nvidia_smi(0).get("driver_version"),
+            "cutlass": CUTLASS_PIN, "package_version": cudal2_ops.__version__, "torch": torch.__version__,
+            "commit": bench_env.git_commit()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--max-log2-mnk", type=float, default=34.0, help="G1000 problems up to this size")
+    parser.add_argument("--llm-max-m", type=int, default=128, help="LLM problems up to this M")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="stop after this long (smallest first)")
+    args = parser.parse_args(argv)
+    if _C is None or not torch.cuda.is_available():
+        print("search.sweep needs the compiled extension and a CUDA GPU")
+        return 2
+    kernels = sorted(_C.kernel_names())
+    info = {name: _C.kernel_info(name) for name in kernels}
+    todo = problems(args.max_log2_mnk, args.llm_max_m)
+    doc = {"run_id": f"sweep-{datetime.date.today().isoformat()}-{uuid.uuid4().hex[:8]}", "environment": environment(),
+           "protocol": PROTOCOL, "kernels": kernels, "rows": []}
+    t0 = time.monotonic()
+    for layout, dtype, m, n, k in todo:
+        if time.monotonic() - t0 > args.budget_s:
+            break
+        names = [nm for nm in kernels if info[nm]["layout"] == layout and info[nm]["dtype"] == dtype]
+        doc["rows"].append(sweep_problem(layout, dtype, m, n, k, names))
+    doc["wall_s"] = round(time.monotonic() - t0, 1)
+    doc["complete"] = len(doc["rows"]) == len(todo)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
+    wins = sum(1 for r in doc["rows"] if any(c.get("us") and c["correct"] and c["us"] < r["baseline_us"]
+                                             for c in r["candidates"]))
+    print(f"swept {len(doc['rows'])}/{len(todo)} problems in {doc['wall_s']} s; a correct kernel beat "
+          f"cuBLASLt-autotune on {wins}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Table selection: from sweep measurements to `kernels/<arch_dir>/<gpu_slug>.json` (pure, CPU-tested).
+
+A kernel enters the table for a problem only if it passed the correctness checks on that problem and beat the
+cuBLASLt-autotune baseline measured in the same run by more than `margin` (so the dispatcher is never slower than
+cuBLASLt beyond noise). Under a kernel budget, the kernels with the largest total time saved are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from cudal2_ops.tables import SCHEMA_VERSION, arch_dir, entry_key, gpu_slug
+from search.codegen import write_if_changed
+
+DEFAULT_MARGIN = 0.03
+DEFAULT_KERNEL_BUDGET = 48
+
+
+def best_candidate(row: dict, margin: float) -> dict | None:
+    """The fastest correct candidate of one sweep row if it beats the baseline by more than `margin`, else None."""
+    correct = [c for c in row["candidates"] if c.get("correct") and c.get("us")]
+    if not correct or not row.get("baseline_us"):
+        return None
+    best = min(correct, key=lambda c: c["us"])
+    return best if best["us"] < row["baseline_us"] * (1.0 - margin) else None
+
+
+def select_entries(rows: list[dict], margin: float = DEFAULT_MARGIN,
+                   kernel_budget: int = DEFAULT_KERNEL_BUDGET) -> dict[str, dict]:
+    """Table entries (key -> entry) from sweep rows, restricted to the `kernel_budget` most valuable kernels."""
+    winners = {}
+    saved_us: dict[str, float] = defaultdict(float)
+    for row in rows:
+        best = best_candidate(row, margin)
+        if best is not None:
+            winners[entry_key(row["layout"], row["dtype"], row["m"], row["n"], row["k"])] = (row, best)
+            saved_us[best["kernel"]] += row["baseline_us"] - best["us"]
+    kept = set(sorted(saved_us, key=lambda name: -saved_us[name])[:kernel_budget])
+    entries = {}
+    for key, (row, best) in sorted(winners.items()):
+        if best["kernel"] not in kept:
+            continue
+        entries[key] = {"kernel": best["kernel"], "splits": best.get("splits", 0), "swizzle": best.get("swizzle", 0),
+                        "raster": best.get("raster", 0), "kernel_us": round(best["us"], 3),
+                        "baseline_us": round(row["baseline_us"], 3), "baseline": row.get("baseline", "cublaslt-autotune"),
+                        "speedup": round(row["baseline_us"] / best["us"], 4), "provenance": best.get("provenance", "sweep")}
+    return entries
+
+
+def build_table(sweep: dict, margin: float = DEFAULT_MARGIN, kernel_budget: int = DEFAULT_KERNEL_BUDGET) -> dict:
+    """The table document (header + entries) for the sweep's GPU."""
+    env = sweep["environment"]
+    header = {
+        "schema_version": SCHEMA_VERSION,
+        "gpu_name": env["gpu_name"],
+        "sm_count": env["sm_count"],
+        "capability": env["capability"],
+        "cuda": env["cuda"],
+        "driver": env.get("driver"),
+        "cutlass": env.get("cutlass"),
+        "package_version": env.get("package_version"),
+        "search_run": sweep["run_id"],
+        "timing_protocol": sweep["protocol"],
+        "selection": {"margin": margin, "kernel_budget": kernel_budget, "rows": len(sweep["rows"])},
+        "rules": {"nearest_m_up": False},
+    }
+    return {"header": header, "entries": select_entries(sweep["rows"], margin, kernel_budget)}
+
+
+def table_path(root: Path, env: dict) -> Path:
+    """kernels/<arch_dir>/<gpu_slug>.json for the sweep's GPU."""
+    return root / arch_dir(tuple(env["capability"])) / f"{gpu_slug(env['gpu_name'])}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("sweep", type=Path, help="a sweep results file (python -m search.sweep)")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent / "kernels")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
+    parser.add_argument("--kernel-budget", type=int, default=DEFAULT_KERNEL_BUDGET)
+    args = parser.parse_args(argv)
+    sweep = json.loads(args.sweep.read_text())
+    table = build_table(sweep, args.margin, args.kernel_budget)
+    path = table_path(args.root, sweep["environment"])
+    write_if_changed(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
+    kernels = {e["kernel"] for e in table["entries"].values()}
+    print(f"{path}: {len(table['entries'])} entries, {len(kernels)} kernels (of {len(sweep['rows'])} problems swept)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
