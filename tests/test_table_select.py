@@ -1,0 +1,42 @@
+"""Table selection from sweep rows: only correct kernels that beat the baseline by the margin, under a budget."""
+import json
+
+from cudal2_ops import tables
+from search import table_select
+
+ENV = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "capability": [9, 0], "cuda": "13.0"}
+
+
+def row(m, baseline_us, *cands, layout="nt", dtype="fp16"):
+    return {"layout": layout, "dtype": dtype, "m": m, "n": 64, "k": 64, "baseline_us": baseline_us,
+            "candidates": [dict(kernel=k, us=us, correct=ok) for k, us, ok in cands]}
+
+
+def test_winner_must_be_correct_and_beat_margin():
+    rows = [row(1, 10.0, ("fast_wrong", 5.0, False), ("ok", 9.0, True)),   # 10% faster and correct: in
+            row(2, 10.0, ("barely", 9.9, True)),                            # 1% faster: within noise, out
+            row(3, 10.0, ("slow", 12.0, True))]                             # slower: out
+    entries = table_select.select_entries(rows, margin=0.03)
+    assert list(entries) == ["nt_fp16_1_64_64"]
+    assert entries["nt_fp16_1_64_64"]["kernel"] == "ok"
+    assert entries["nt_fp16_1_64_64"]["speedup"] == round(10 / 9, 4)
+
+
+def test_kernel_budget_keeps_the_most_valuable_kernels():
+    rows = [row(1, 10.0, ("a", 5.0, True)), row(2, 10.0, ("a", 5.0, True)), row(3, 10.0, ("b", 8.0, True))]
+    entries = table_select.select_entries(rows, margin=0.0, kernel_budget=1)
+    assert {e["kernel"] for e in entries.values()} == {"a"}
+    assert len(entries) == 2
+
+
+def test_built_table_passes_the_loader_validators(tmp_path, monkeypatch):
+    sweep = {"environment": ENV, "run_id": "r", "protocol": "p", "rows": [row(1, 10.0, ("k", 5.0, True))]}
+    doc = table_select.build_table(sweep)
+    path = table_select.table_path(tmp_path, ENV)
+    assert path == tmp_path / "sm90" / "nvidia_h100_80gb_hbm3.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("CUDAL2_TABLE", str(path))
+    facts = tables.DeviceFacts(ENV["gpu_name"], 132, (9, 0), "13.0")
+    table = tables.load_table_for(facts)
+    assert table is not None and tables.table_rows(table) == [("nt", "fp16", 1, 64, 64, "k", 0, 0, 0)]
