@@ -1,0 +1,86 @@
+"""Eager per-call latency of the public API against torch, and the dispatcher's own CPU cost.
+
+offline mode (docs/EVALUATION.md): host perf_counter around one call with a device synchronize before and after,
+fresh inputs written outside the timed region, implementations interleaved in shuffled order. Also: host time to
+issue a call (no synchronize; median over a loop), and `_C.time_dispatch`, the C++ decision alone (routing, table
+lookup, cuBLASLt plan lookup), in nanoseconds.
+
+    python -m benchmarks.api_latency --out benchmarks/results/<gpu_slug>/api_latency.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import cudal2_ops
+from benchmarks import env, timing
+from cudal2_ops._extension import _C
+
+SHAPES = [(64, 64, 64), (256, 256, 256), (1024, 1024, 1024), (16, 4096, 4096)]
+ITERS = 2000
+
+
+def issue_us(call, iters: int = ITERS) -> float:
+    """Median host time (us) to issue one call, from 20 batches of back-to-back calls without synchronizing."""
+    per_batch = max(1, iters // 20)
+    samples = []
+    for _ in range(20):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(per_batch):
+            call()
+        samples.append((time.perf_counter() - t0) * 1e6 / per_batch)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def measure(shape: tuple[int, int, int], rng: random.Random) -> dict:
+    """offline latency, issue time and dispatch cost of cudal2.matmul vs torch.matmul (fp16) for one shape."""
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    fresh = {name: (torch.empty_like(a), torch.empty_like(b)) for name in ("cudal2", "torch")}
+    calls = {"cudal2": lambda: cudal2_ops.matmul(*fresh["cudal2"]), "torch": lambda: torch.matmul(*fresh["torch"])}
+    refresh = {name: (lambda pair=pair: (pair[0].normal_(), pair[1].normal_())) for name, pair in fresh.items()}
+    for call in calls.values():  # warm-up: plans, workspaces, table loading
+        call()
+    offline = timing.host_mode(calls, refresh, {name: ITERS // 4 for name in calls}, rng)
+    return {
+        "shape": list(shape),
+        "offline_us": {name: offline[name] for name in calls},
+        "issue_us": {name: issue_us(call) for name, call in calls.items()},
+        "dispatch_ns": _C.time_dispatch(a, b, 100000),
+        "path": cudal2_ops.explain(a, b).get("kernel") or cudal2_ops.explain(a, b)["path"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if _C is None or not torch.cuda.is_available():
+        print("benchmarks.api_latency needs the compiled extension and a CUDA GPU")
+        return 2
+    rng = random.Random(0)
+    doc = {"environment": env.header(sys.argv[1:]), "protocol": __doc__.split("\n\n")[1],
+           "rows": [measure(shape, rng) for shape in SHAPES]}
+    doc["environment"]["command"] = "python -m benchmarks.api_latency " + " ".join(argv or sys.argv[1:])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
+    for row in doc["rows"]:
+        off = row["offline_us"]
+        print(f"{row['shape']}: offline median cudal2 {off['cudal2']['median_us']:.1f} us vs torch "
+              f"{off['torch']['median_us']:.1f} us; issue {row['issue_us']['cudal2']:.2f} vs "
+              f"{row['issue_us']['torch']:.2f} us; dispatch {row['dispatch_ns']:.0f} ns ({row['path']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""The public API on the GPU: dispatcher (cuBLASLt path and table kernels) against the fp32 reference, streams,
+graphs, torch.compile, opcheck, autograd, tables, tuning file, multi-GPU placement."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cudal2_ops
+from benchmarks import shapes
+from cudal2_ops import tables
+from cudal2_ops.correctness import checks, reference
+
+pytestmark = pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
+DTYPES = [torch.float16, torch.bfloat16]
+TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
+ODD = [(1, 1, 1), (3, 7, 15), (7, 65, 1000), (63, 4097, 127), (1000, 3, 12289), (4097, 15, 8), (65, 1023, 16)]
+
+
+def rel_err(got, ref):
+    return ((got.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def linear_impl(a, b, bias, out):
+    out.copy_(cudal2_ops.linear(a, b, bias))
+    return out
+
+
+def matmul_impl(a, b, bias, out):
+    return cudal2_ops.matmul(a, b, out=out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", shapes.stratified_sample(shapes.g1000(), 24, seed=1) + ODD)
+def test_matmul_and_linear_match_fp32_reference(shape, dtype):
+    m, n, k = shape
+    if m * n * k > 2**33:
+        pytest.skip("kept small for test time")
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype)
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    assert rel_err(cudal2_ops.linear(a, w, bias), reference.reference(a, w, "nt", bias)) <= TOL[dtype]
+    b = w.t().contiguous()
+    assert rel_err(cudal2_ops.matmul(a, b), reference.reference(a, b, "nn")) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_harness_checks_pass_through_the_public_api(layout, dtype):
+    impl = matmul_impl if layout == "nn" else linear_impl
+    ctx = checks.CheckContext(with_bias=layout == "nt")
+    for shape in [(64, 64, 64), (127, 4097, 63), (256, 1024, 4096)]:
+        for check in (checks.check_random, checks.check_exact, checks.check_guards, checks.check_layouts,
+                      checks.check_determinism, checks.check_stream, checks.check_graph):
+            result = check(impl, shape, layout, dtype, ctx)
+            assert result.passed, result
+
+
+def test_batched_and_strided_inputs():
+    x = torch.randn(4, 33, 256, device="cuda", dtype=torch.float16)
+    w = torch.randn(96, 256, device="cuda", dtype=torch.float16)
+    ref = reference.reference(x.reshape(-1, 256), w, "nt").reshape(4, 33, 96)
+    assert rel_err(cudal2_ops.linear(x, w), ref) <= 1e-3
+    assert rel_err(cudal2_ops.linear(x.transpose(0, 1), w), ref.transpose(0, 1)) <= 1e-3  # non-contiguous x
+    assert rel_err(cudal2_ops.matmul(x, w.t()), ref) <= 1e-3                              # transposed weight view
+    info = cudal2_ops.explain(x.transpose(0, 1), w, layout="nt")
+    assert info["path"] in ("kernel", "cublaslt") and info["copies_operands"]
+
+
+def test_float32_and_cpu_run_torch_identically():
+    a, b = torch.randn(64, 32, device="cuda"), torch.randn(32, 16, device="cuda")
+    assert torch.equal(cudal2_ops.matmul(a, b), torch.matmul(a, b))
+    assert cudal2_ops.explain(a, b)["path"] == "torch"
+
+
+def test_empty_and_errors():
+    a = torch.randn(0, 8, device="cuda", dtype=torch.float16)
+    assert cudal2_ops.matmul(a, torch.randn(8, 4, device="cuda", dtype=torch.float16)).shape == (0, 4)
+    k0 = cudal2_ops.linear(torch.randn(3, 0, device="cuda", dtype=torch.float16),
+                           torch.randn(5, 0, device="cuda", dtype=torch.float16))
+    assert torch.equal(k0, torch.zeros(3, 5, device="cuda", dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="different devices"):
+        cudal2_ops.matmul(torch.randn(4, 8, device="cuda", dtype=torch.float16), torch.randn(8, 2).half())
+    with pytest.raises(RuntimeError, match="different dtypes"):
+        cudal2_ops.linear(torch.randn(4, 8, device="cuda", dtype=torch.float16),
+                          torch.randn(2, 8, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError):
+        cudal2_ops.matmul(torch.randn(4, 8, device="cuda", dtype=torch.float16),
+                          torch.randn(8, 2, device="cuda", dtype=torch.float16),
+                          out=torch.empty(4, 2, device="cuda", dtype=torch.bfloat16))
+
+
+def test_out_argument_is_written_in_place():
+    a = torch.randn(100, 64, device="cuda", dtype=torch.float16)
+    b = torch.randn(64, 48, device="cuda", dtype=torch.float16)
+    out = torch.full((100, 48), float("nan"), device="cuda", dtype=torch.float16)
+    assert cudal2_ops.matmul(a, b, out=out).data_ptr() == out.data_ptr()
+    assert rel_err(out, reference.reference(a, b, "nn")) <= 1e-3
+
+
+def test_non_default_stream_and_graph_capture():
+    x = torch.randn(64, 512, device="cuda", dtype=torch.float16)
+    w = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = cudal2_ops.linear(x, w)
+    stream.synchronize()
+    assert rel_err(y, reference.reference(x, w, "nt")) <= 1e-3
+    graph = torch.cuda.CUDAGraph()
+    static_out = None
+    with torch.cuda.graph(graph):
+        static_out = cudal2_ops.linear(x, w)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(static_out, reference.reference(x, w, "nt")) <= 1e-3
+
+
+def test_compile_fullgraph_and_opcheck():
+    x = torch.randn(32, 256, device="cuda", dtype=torch.float16)
+    w = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    bias = torch.randn(128, device="cuda", dtype=torch.float16)
+    f = torch.compile(lambda x, w, b: cudal2_ops.linear(x, w, b).relu(), fullgraph=True)
+    assert rel_err(f(x, w, bias), reference.reference(x, w, "nt", bias).relu()) <= 1e-3
+    torch.library.opcheck(torch.ops.cudal2.linear.default, (x, w, bias))
+    torch.library.opcheck(torch.ops.cudal2.matmul.default, (x, w.t().contiguous()))
+
+
+def test_autograd_matches_torch():
+    x = torch.randn(8, 64, 128, device="cuda", dtype=torch.float16, requires_grad=True)
+    w = torch.randn(96, 128, device="cuda", dtype=torch.float16, requires_grad=True)
+    bias = torch.randn(96, device="cuda", dtype=torch.float16, requires_grad=True)
+    grad = torch.randn(8, 64, 96, device="cuda", dtype=torch.float16)
+    cudal2_ops.linear(x, w, bias).backward(grad)
+    ours = [t.grad.float() for t in (x, w, bias)]
+    xs, ws, bs = (t.detach().float().requires_grad_() for t in (x, w, bias))
+    F.linear(xs, ws, bs).backward(grad.float())
+    for got, ref in zip(ours, (xs.grad, ws.grad, bs.grad)):
+        assert rel_err(got, ref) <= 2e-3
+
+
+def test_explain_reports_cublaslt_choice():
+    x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    w = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    info = cudal2_ops.explain(x, w, layout="nt")
+    assert info["path"] in ("kernel", "cublaslt")
+    assert (info["m"], info["n"], info["k"], info["layout"]) == (64, 128, 256, "nt")
+
+
+def test_table_entry_routes_to_its_kernel(tmp_path):
+    """A table naming a loaded kernel for one shape sends that shape to the kernel (checked in a subprocess)."""
+    from cudal2_ops import _extension
+
+    names = [n for n in _extension._C.kernel_names() if _extension._C.kernel_info(n)["layout"] == "nt"
+             and _extension._C.kernel_info(n)["dtype"] == "fp16" and n.startswith("sm80_cute")]
+    if not names:
+        pytest.skip("no sm80_cute fp16 nt kernel built")
+    props = torch.cuda.get_device_properties(0)
+    table = {"header": {"schema_version": 1, "gpu_name": props.name, "sm_count": props.multi_processor_count,
+                        "cuda": torch.version.cuda}, "entries": {"nt_fp16_256_512_1024": {"kernel": names[0]}}}
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    code = ("import torch, cudal2_ops, json\n"
+            "x = torch.randn(256, 1024, device='cuda', dtype=torch.float16)\n"
+            "w = torch.randn(512, 1024, device='cuda', dtype=torch.float16)\n"
+            "info = cudal2_ops.explain(x, w, layout='nt')\n"
+            "ref = x.float() @ w.float().t()\n"
+            "err = ((cudal2_ops.linear(x, w).float() - ref).norm() / ref.norm()).item()\n"
+            "other = cudal2_ops.explain(x[:255], w, layout='nt')\n"
+            "print(json.dumps([info, err, other]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CUDAL2_TABLE": str(path)})
+    assert proc.returncode == 0, proc.stderr
+    info, err, other = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["path"] == "kernel" and info["kernel"] == names[0], info
+    assert err <= 1e-3
+    assert other["path"] == "cublaslt"
+
+
+def test_mismatching_table_header_falls_back_with_warning(tmp_path, monkeypatch):
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps({"header": {"schema_version": 1, "gpu_name": "Some Other GPU", "sm_count": 1,
+                                           "cuda": torch.version.cuda}, "entries": {}}))
+    monkeypatch.setenv("CUDAL2_TABLE", str(path))
+    with pytest.warns(RuntimeWarning, match="gpu_name"):
+        assert tables.load_table_for(tables.DeviceFacts.of(0)) is None
+
+
+def test_tuning_is_persisted_and_reused(tmp_path):
+    code = ("import torch, cudal2_ops\n"
+            "x = torch.randn(384, 768, device='cuda', dtype=torch.float16)\n"
+            "w = torch.randn(640, 768, device='cuda', dtype=torch.float16)\n"
+            "cudal2_ops.linear(x, w); torch.cuda.synchronize()\n"
+            "print(cudal2_ops.explain(x, w, layout='nt')['cublaslt_policy'])\n")
+    env = {**os.environ, "CUDAL2_TUNE_FILE": str(tmp_path / "tune.json"), "CUDAL2_DISABLE_KERNELS": "1"}
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env={**env, "CUDAL2_TUNE": "1"})
+    assert first.returncode == 0, first.stderr
+    saved = json.loads((tmp_path / "tune.json").read_text())
+    assert saved["entries"] and all(len(e["algo"]) == 128 for e in saved["entries"].values())
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().splitlines()[-1] == "tuned"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensor_on_second_gpu_runs_there():
+    x = torch.randn(64, 128, device="cuda:1", dtype=torch.float16)
+    w = torch.randn(32, 128, device="cuda:1", dtype=torch.float16)
+    y = cudal2_ops.linear(x, w)
+    assert y.device == x.device
+    assert rel_err(y, reference.reference(x, w, "nt")) <= 1e-3
