@@ -116,15 +116,25 @@ def common_flags() -> list[str]:
             "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "--use_fast_math"]
 
 
+FAMILY_HEADER_PREFIXES = ("sm90_", "sm80_", "decode_")
+
+
 @functools.lru_cache(maxsize=None)
-def headers_digest() -> str:
-    """Hash of every header a kernel may include from this repository."""
+def headers_digest(prefix: str | None) -> str:
+    """Hash of the repository headers a kernel whose headers start with `prefix` may include: its family's headers
+    plus every header no family owns (abi.h, kernel_export.h, ...). Editing one family leaves the others cached."""
     h = hashlib.sha256()
     for path in sorted(INCLUDE_DIR.rglob("*")):
-        if path.is_file():
+        owner = next((p for p in FAMILY_HEADER_PREFIXES if path.name.startswith(p)), None)
+        if path.is_file() and owner in (None, prefix):
             h.update(path.relative_to(INCLUDE_DIR).as_posix().encode())
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def header_prefix(source: Path) -> str | None:
+    """The family header prefix of a kernel source (`sm90_tma_ws_fp16_...` -> "sm90_"), None if unknown."""
+    return next((p for p in FAMILY_HEADER_PREFIXES if source.stem.startswith(p)), None)
 
 
 def object_key(source: Path, flags: list[str]) -> str:
@@ -136,7 +146,7 @@ def object_key(source: Path, flags: list[str]) -> str:
     h = hashlib.sha256()
     portable_flags = [f for f in flags if not f.startswith("-I")]
     cutlass = os.environ.get("CUTLASS_DIR", CUTLASS_PIN)
-    for part in (source.read_bytes(), headers_digest().encode(), cutlass.encode(), " ".join(portable_flags).encode(),
+    for part in (source.read_bytes(), headers_digest(header_prefix(source)).encode(), cutlass.encode(), " ".join(portable_flags).encode(),
                  nvcc_version().encode()):
         h.update(part)
         h.update(b"\0")

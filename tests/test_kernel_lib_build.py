@@ -43,3 +43,24 @@ def test_missing_source_is_a_clear_error():
 def test_default_jobs_honours_max_jobs(monkeypatch):
     monkeypatch.setenv("MAX_JOBS", "3")
     assert kernel_lib.default_jobs() == 3
+
+
+def test_object_key_ignores_other_families_headers(tmp_path, monkeypatch):
+    inc = tmp_path / "include" / "cudal2"
+    inc.mkdir(parents=True)
+    (inc / "abi.h").write_text("abi")
+    (inc / "sm80_x.cuh").write_text("v1")
+    (inc / "decode_y.cuh").write_text("v1")
+    monkeypatch.setattr(kernel_lib, "INCLUDE_DIR", tmp_path / "include")
+    monkeypatch.setattr(kernel_lib, "nvcc_version", lambda: "nvcc")
+    kernel_lib.headers_digest.cache_clear()
+    src = tmp_path / "sm80_cute_fp16_nt_64x64x64_s3_w4.cu"
+    src.write_text("kernel")
+    before = kernel_lib.object_key(src, ["-O3", "-I/somewhere"])
+    (inc / "decode_y.cuh").write_text("v2")
+    kernel_lib.headers_digest.cache_clear()
+    assert kernel_lib.object_key(src, ["-O3", "-I/elsewhere"]) == before  # include paths are not part of the key
+    (inc / "sm80_x.cuh").write_text("v2")
+    kernel_lib.headers_digest.cache_clear()
+    assert kernel_lib.object_key(src, ["-O3"]) != before
+    kernel_lib.headers_digest.cache_clear()
