@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import time
 import uuid
 from pathlib import Path
@@ -31,11 +32,16 @@ TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PROTOCOL = "kernel mode: CUDA-graph replay of R calls, CUDA events, median of >= 5 replays; warm L2; same inputs"
 
 
-def problems(max_log2_mnk: float, llm_max_m: int) -> list[tuple[str, str, int, int, int]]:
-    """(layout, dtype, M, N, K): G1000 up to the size cap (nt, nn; fp16) and LLM shapes up to M (nt; fp16, bf16)."""
-    out = [(layout, "fp16", *s) for s in bench_shapes.g1000() if bench_shapes.log2_mnk(s) <= max_log2_mnk
-           for layout in ("nt", "nn")]
-    out += [("nt", dtype, *s) for s in bench_shapes.llm() if s[0] <= llm_max_m for dtype in ("fp16", "bf16")]
+def problems(max_log2_mnk: float, llm_max_m: int, sample: int | None, seed: int) -> list[tuple[str, str, int, int, int]]:
+    """(layout, dtype, M, N, K), smallest first. With `sample`: a stratified G1000 sample (nt, nn; fp16), all sizes.
+    Otherwise G1000 up to the size cap (nt, nn; fp16) and LLM shapes up to `llm_max_m` (nt; fp16, bf16)."""
+    if sample:
+        grid = bench_shapes.stratified_sample(bench_shapes.g1000(), sample, seed)
+        out = [(layout, "fp16", *s) for s in grid for layout in ("nt", "nn")]
+    else:
+        out = [(layout, "fp16", *s) for s in bench_shapes.g1000() if bench_shapes.log2_mnk(s) <= max_log2_mnk
+               for layout in ("nt", "nn")]
+        out += [("nt", dtype, *s) for s in bench_shapes.llm() if s[0] <= llm_max_m for dtype in ("fp16", "bf16")]
     return sorted(set(out), key=lambda p: (bench_shapes.log2_mnk(p[2:]), p))
 
 
@@ -92,6 +98,22 @@ def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list
     return row
 
 
+def family_summary(rows: list[dict], info: dict[str, dict]) -> dict[str, dict]:
+    """Per family: geomean, min and max over problems of (cuBLASLt-autotune time / the family's best correct time),
+    with the count of problems it ran and won (> 1.0)."""
+    ratios: dict[str, list[float]] = {}
+    for row in rows:
+        best: dict[str, float] = {}
+        for c in row["candidates"]:
+            family = info[c["kernel"]]["family"]
+            if c.get("us") and c["correct"] and c["us"] < best.get(family, float("inf")):
+                best[family] = c["us"]
+        for family, us in best.items():
+            ratios.setdefault(family, []).append(row["baseline_us"] / us)
+    return {family: {"problems": len(r), "geomean": math.exp(sum(map(math.log, r)) / len(r)), "min": min(r),
+                     "max": max(r), "wins": sum(x > 1.0 for x in r)} for family, r in ratios.items()}
+
+
 def environment() -> dict:
     """The facts a table header is validated against, plus provenance."""
     props = torch.cuda.get_device_properties(0)
@@ -107,13 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-log2-mnk", type=float, default=34.0, help="G1000 problems up to this size")
     parser.add_argument("--llm-max-m", type=int, default=128, help="LLM problems up to this M")
     parser.add_argument("--budget-s", type=float, default=300.0, help="stop after this long (smallest first)")
+    parser.add_argument("--sample", type=int, default=None, help="a stratified G1000 sample of this many shapes")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if _C is None or not torch.cuda.is_available():
         print("search.sweep needs the compiled extension and a CUDA GPU")
         return 2
     kernels = sorted(_C.kernel_names())
     info = {name: _C.kernel_info(name) for name in kernels}
-    todo = problems(args.max_log2_mnk, args.llm_max_m)
+    todo = problems(args.max_log2_mnk, args.llm_max_m, args.sample, args.seed)
     doc = {"run_id": f"sweep-{datetime.date.today().isoformat()}-{uuid.uuid4().hex[:8]}", "environment": environment(),
            "protocol": PROTOCOL, "kernels": kernels, "rows": []}
     t0 = time.monotonic()
@@ -124,12 +148,16 @@ def main(argv: list[str] | None = None) -> int:
         doc["rows"].append(sweep_problem(layout, dtype, m, n, k, names))
     doc["wall_s"] = round(time.monotonic() - t0, 1)
     doc["complete"] = len(doc["rows"]) == len(todo)
+    doc["family_summary"] = family_summary(doc["rows"], info)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
     wins = sum(1 for r in doc["rows"] if any(c.get("us") and c["correct"] and c["us"] < r["baseline_us"]
                                              for c in r["candidates"]))
     print(f"swept {len(doc['rows'])}/{len(todo)} problems in {doc['wall_s']} s; a correct kernel beat "
           f"cuBLASLt-autotune on {wins}")
+    for family, stats in doc["family_summary"].items():
+        print(f"  {family}: best-of-family vs cuBLASLt-autotune geomean {stats['geomean']:.3f} "
+              f"(min {stats['min']:.3f}, max {stats['max']:.3f}), wins {stats['wins']}/{stats['problems']}")
     return 0
 
 
