@@ -243,6 +243,7 @@ def test_autograd_matches_unpatched(calls, cpu_route):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 def test_torchscript_compiles_torch_forward(calls, cpu_route):
     lin = nn.Linear(8, 4)
     P.patch_linear()
