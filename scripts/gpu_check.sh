@@ -19,7 +19,7 @@ GPU_SLUG=$("$PY" -c "import torch; from cudal2_ops.tables import gpu_slug; print
 stage() {  # stage NAME COMMAND...: runs COMMAND with its log in OUT_DIR/NAME.log, records status and duration
   local name=$1; shift
   local t0=$SECONDS
-  "$@" >"$OUT_DIR/$name.log" 2>&1
+  timeout "${STAGE_TIMEOUT:-540}" "$@" >"$OUT_DIR/$name.log" 2>&1
   local rc=$?
   echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$SUMMARY"
   tail -n 4 "$OUT_DIR/$name.log" | sed "s/^/  [$name] /" | tee -a "$SUMMARY"
@@ -33,7 +33,7 @@ run_stage() {
              --no-header -rfE ;;
     latency) stage latency "$PY" -m benchmarks.api_latency --out "$OUT_DIR/api_latency.json" ;;
     sweep) stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-300}" ;;
-    sweep-sample) stage sweep_sample "$PY" -m search.sweep --sample 100 --seed 0 --budget-s 420 \
+    sweep-sample) stage sweep_sample "$PY" -m search.sweep --sample 100 --seed 0 --budget-s "${SWEEP_BUDGET_S:-300}" \
                     --out "$OUT_DIR/sweep_g1000_sample100.json" ;;
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
