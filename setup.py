@@ -128,7 +128,9 @@ def extension_modules() -> tuple[list, dict]:
         sources=sources,
         include_dirs=[str(ROOT / "csrc"), str(ROOT / "csrc" / "include")],
         extra_compile_args={"cxx": ["-O3", *cublas_include_dir(cuda_home)]},
-        extra_link_args=cublas_link_args(cuda_home) + ["-ldl"],
+        # libstdc++ named explicitly: where only its static archive is visible to the linker (seen on the lent GPU
+        # image), g++ would otherwise copy it into the extension, whose iostreams then crash.
+        extra_link_args=["-l:libstdc++.so.6"] + cublas_link_args(cuda_home) + ["-ldl"],
     )
     return [ext], {"build_ext": BuildWithKernels}
 

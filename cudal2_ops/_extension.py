@@ -9,6 +9,8 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+import torch  # noqa: F401  (loads libc10/libtorch, which the extension links against)
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 KERNEL_LIB = PACKAGE_DIR / "libcudal2_kernels.so"
 
