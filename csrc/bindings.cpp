@@ -17,6 +17,38 @@
 namespace cudal2 {
 namespace {
 
+// explain() and time_dispatch() decide for a call whose output is not allocated yet: they stand in this address for
+// the fresh [M, N] output the call would allocate (16-byte aligned, ldd = N). Kernels' can_implement never
+// dereferences it.
+void assume_fresh_output(GemmArgs& g) {
+  g.d = reinterpret_cast<void*>(uintptr_t{4096});
+  g.ldd = g.n;
+}
+
+bool needs_grad(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias) {
+  return at::GradMode::is_enabled() &&
+         (a.requires_grad() || b.requires_grad() || (bias.has_value() && bias->defined() && bias->requires_grad()));
+}
+
+// The eager entries of cudal2_ops.linear / matmul: the registered ops called through the dispatcher, below autograd
+// when no gradient is needed (the autograd kernel is Python, microseconds per call), so tensor subclasses and
+// dispatch modes still see every call.
+at::Tensor linear_entry(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("cudal2::linear", "").typed<at::Tensor(
+      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
+  if (needs_grad(x, weight, bias)) return op.call(x, weight, bias);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, weight, bias);
+}
+
+at::Tensor matmul_entry(const at::Tensor& a, const at::Tensor& b) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("cudal2::matmul", "").typed<at::Tensor(
+      const at::Tensor&, const at::Tensor&)>();
+  if (needs_grad(a, b, std::nullopt)) return op.call(a, b);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(a, b);
+}
+
 cudal2_layout parse_layout(const std::string& layout) {
   TORCH_CHECK(layout == "nn" || layout == "nt", "layout must be 'nn' (b is [K, N]) or 'nt' (b is [N, K]), got '",
               layout, "'");
@@ -79,7 +111,8 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::o
     return out;
   }
   out["copies_operands"] = !operands[0].is_same(a) || !operands[1].is_same(b_kn);
-  const GemmArgs& g = route.args;
+  GemmArgs& g = route.args;
+  assume_fresh_output(g);
   out["layout"] = g.layout == CUDAL2_NT ? "nt" : "nn";
   out["dtype"] = g.dtype == CUDAL2_BF16 ? "bf16" : "fp16";
   out["m"] = g.m;
@@ -96,10 +129,7 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::o
     out["raster"] = d.entry.raster;
     return out;
   }
-  GemmArgs probe = g;
-  probe.d = a.data_ptr();  // any 16-byte aligned address: only alignment matters to the plan
-  probe.ldd = g.n;
-  const LtChoice lt = CublasLtGemm::instance().describe(probe);
+  const LtChoice lt = CublasLtGemm::instance().describe(g);
   out["path"] = lt.available ? "cublaslt" : "torch";
   out["cublaslt_policy"] = d.lt_policy == LtPolicy::kAutotune ? "autotune" : (lt.tuned ? "tuned" : "heuristic");
   out["cublaslt_candidate"] = lt.candidate_index;
@@ -116,8 +146,7 @@ double time_dispatch(const at::Tensor& a, const at::Tensor& b_kn, int iters) {
   for (int i = 0; i < iters; ++i) {
     Route route = route_gemm(a, b_kn, nullptr, nullptr);
     TORCH_CHECK(route.ours, "time_dispatch: tensors cannot take the tuned path: ", route.torch_reason);
-    route.args.d = a.data_ptr();
-    route.args.ldd = route.args.n;
+    assume_fresh_output(route.args);
     const Decision d = Dispatcher::instance().decide(route.args);
     if (d.path == Path::kCublasLt) CublasLtGemm::instance().describe(route.args);
     (void)workspace_for(route.args.device, route.args.stream);
@@ -186,8 +215,8 @@ TORCH_LIBRARY_IMPL(cudal2, CUDA, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace cudal2;
   m.doc() = "cudal2 compiled extension: dispatcher, cuBLASLt fallback, kernel registry";
-  m.def("matmul", &cudal2::matmul, "Eager fast path of cudal2.matmul (no autograd).");
-  m.def("linear", &cudal2::linear, "Eager fast path of cudal2.linear (no autograd).");
+  m.def("matmul", &matmul_entry, "cudal2.matmul for eager calls (autograd only when a gradient is needed).");
+  m.def("linear", &linear_entry, "cudal2.linear for eager calls (autograd only when a gradient is needed).");
   m.def("load_kernel_library", [](const std::string& path) { return KernelRegistry::instance().load_library(path); },
         "Loads a kernel library (.so); returns the number of kernels added.");
   m.def("kernel_names", [] { return KernelRegistry::instance().names(); });

@@ -124,6 +124,11 @@ std::shared_ptr<LtPlan> CublasLtGemm::plan_for(const GemmArgs& g, const LtPlanKe
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd, sizeof(align_cd));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd, sizeof(align_cd));
+  // fp32 accumulation is the contract: split-K algorithms may only reduce in the compute type (fp32), never in place
+  // or in the output type (fp16/bf16 partial sums).
+  const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction_mask,
+                                       sizeof(reduction_mask));
   std::vector<cublasLtMatmulHeuristicResult_t> results(kMaxCandidates);
   int returned = 0;
   const cublasStatus_t status =
@@ -176,7 +181,14 @@ void CublasLtGemm::tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws) {
 
 bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws) {
   const LtPlanKey key = lt_plan_key(g);
-  std::shared_ptr<LtPlan> plan = plan_for(g, key);
+  // Repeated calls of one problem (the common case in a model) skip the shared map and its lock.
+  thread_local LtPlanKey last_key{-1};
+  thread_local std::shared_ptr<LtPlan> last_plan;
+  if (!(last_plan && key == last_key)) {
+    last_plan = plan_for(g, key);
+    last_key = key;
+  }
+  std::shared_ptr<LtPlan> plan = last_plan;
   if (plan->candidates.empty()) return false;
   std::lock_guard<std::mutex> lock(plan->mutex);
   if (policy == LtPolicy::kAutotune && !plan->tuned) tune(g, *plan, ws);

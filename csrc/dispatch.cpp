@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 #include "kernel_registry.h"
 
@@ -55,15 +56,17 @@ Dispatcher& Dispatcher::instance() {
 
 void Dispatcher::set_table(int device, const std::vector<std::pair<ShapeKey, TableEntry>>& entries,
                            bool nearest_m_up) {
-  auto t = std::make_shared<DeviceTable>();
+  auto t = std::make_unique<DeviceTable>();
   t->nearest_m_up = nearest_m_up;
   for (const auto& kv : entries) {
     t->entries[kv.first] = kv.second;
     t->tuned_m[ShapeFamilyKey{kv.first.layout, kv.first.dtype, kv.first.n, kv.first.k}].push_back(kv.first.m);
   }
   for (auto& kv : t->tuned_m) std::sort(kv.second.begin(), kv.second.end());
+  if (device < 0 || device >= kMaxDevices) throw std::out_of_range("cudal2: device index out of range");
   std::lock_guard<std::mutex> lock(mutex_);
-  tables_[device] = std::move(t);
+  tables_[device].store(t.get(), std::memory_order_release);
+  retired_.push_back(std::move(t));
   logged_.clear();
 }
 
@@ -93,21 +96,21 @@ void Dispatcher::request_table(int device) {
   loader(device);  // outside the lock: the loader calls set_table
 }
 
-std::shared_ptr<const Dispatcher::DeviceTable> Dispatcher::table(int device) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = tables_.find(device);
-  return it == tables_.end() ? nullptr : it->second;
+const Dispatcher::DeviceTable* Dispatcher::table(int device) const {
+  return device >= 0 && device < kMaxDevices ? tables_[device].load(std::memory_order_acquire) : nullptr;
 }
 
 void Dispatcher::set_config(const DispatchConfig& config) {
+  kernels_enabled_ = config.kernels_enabled;
+  tuning_ = config.tuning;
+  print_configs_ = config.print_configs;
   std::lock_guard<std::mutex> lock(mutex_);
-  config_ = config;
   logged_.clear();
 }
 
 DispatchConfig Dispatcher::config() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return config_;
+  return DispatchConfig{kernels_enabled_.load(std::memory_order_relaxed), tuning_.load(std::memory_order_relaxed),
+                        print_configs_.load(std::memory_order_relaxed)};
 }
 
 bool Dispatcher::kernel_fits(const TableEntry& e, const GemmArgs& g, int cc, int sm_count) const {
@@ -123,7 +126,7 @@ Decision Dispatcher::decide(const GemmArgs& g) {
   Decision d;
   d.lt_policy = cfg.tuning ? LtPolicy::kAutotune : LtPolicy::kCached;
   request_table(g.device);
-  auto t = table(g.device);
+  const DeviceTable* t = table(g.device);
   if (!cfg.kernels_enabled) {
     d.reason = "table kernels disabled (CUDAL2_DISABLE_KERNELS)";
   } else if (!t || t->entries.empty()) {

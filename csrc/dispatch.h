@@ -72,14 +72,17 @@ class Dispatcher {
     bool nearest_m_up = false;
   };
 
-  std::shared_ptr<const DeviceTable> table(int device) const;
+  const DeviceTable* table(int device) const;
   void request_table(int device);
   bool kernel_fits(const TableEntry& entry, const GemmArgs& g, int cc, int sm_count) const;
   void log_once(const GemmArgs& g, const Decision& d);
 
-  mutable std::mutex mutex_;
-  std::unordered_map<int, std::shared_ptr<const DeviceTable>> tables_;
-  DispatchConfig config_;
+  static constexpr int kMaxDevices = 64;
+  mutable std::mutex mutex_;  // guards writers and the logging/loader state; decisions read lock-free
+  // Installed tables, read lock-free; replaced ones stay alive in `retired_` (tables change rarely and are small).
+  std::atomic<const DeviceTable*> tables_[kMaxDevices] = {};
+  std::vector<std::unique_ptr<const DeviceTable>> retired_;
+  std::atomic<bool> kernels_enabled_{true}, tuning_{false}, print_configs_{false};
   std::unordered_map<std::string, bool> logged_;
   std::function<void(int)> table_loader_;
   std::unordered_map<int, bool> table_requested_;

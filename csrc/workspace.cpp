@@ -10,6 +10,10 @@
 namespace cudal2 {
 
 Workspace workspace_for(int device, cudaStream_t stream) {
+  thread_local int last_device = -1;
+  thread_local cudaStream_t last_stream = nullptr;
+  thread_local Workspace last{nullptr, 0};
+  if (device == last_device && stream == last_stream) return last;  // workspaces are never freed
   static std::mutex mutex;
   // Leaked on purpose: freeing at exit would run after the caching allocator is gone.
   static auto* cache = new std::map<std::pair<int, cudaStream_t>, c10::DataPtr>();
@@ -19,7 +23,10 @@ Workspace workspace_for(int device, cudaStream_t stream) {
   if (it == cache->end()) {
     it = cache->emplace(key, c10::cuda::CUDACachingAllocator::get()->allocate(kWorkspaceBytes)).first;
   }
-  return {it->second.get(), kWorkspaceBytes};
+  last_device = device;
+  last_stream = stream;
+  last = {it->second.get(), kWorkspaceBytes};
+  return last;
 }
 
 }  // namespace cudal2

@@ -1,8 +1,8 @@
 """The public GEMM API: `matmul`, `linear`, `explain`, with fake (meta) kernels and autograd for the custom ops.
 
-`torch.ops.cudal2.matmul/linear` are defined in C++ (csrc/bindings.cpp). Eager calls that need no autograd take a
-direct binding of the same C++ function (no dispatcher round trip); traced, compiled and autograd calls go through
-the registered op. Without the compiled extension every function runs torch.
+`torch.ops.cudal2.matmul/linear` are defined in C++ (csrc/bindings.cpp). Eager calls enter through `_C.matmul/linear`,
+which dispatch the same ops from C++ (below autograd when no gradient is needed); traced and compiled calls use
+torch.ops directly. Without the compiled extension every function runs torch.
 """
 from __future__ import annotations
 
@@ -12,23 +12,15 @@ import torch.nn.functional as F
 from cudal2_ops import _extension
 from cudal2_ops._extension import _C
 
-_Tensor = torch.Tensor
-
-
 def is_available() -> bool:
     """True when the compiled extension is loaded (otherwise every call runs torch)."""
     return _C is not None
 
 
-def _plain_eager(*tensors: torch.Tensor) -> bool:
-    """Whether a call may take the direct binding: plain tensors, no autograd, no tracing or Python modes."""
-    for t in tensors:
-        if type(t) is not _Tensor:
-            return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return not (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
-                or torch._C._len_torch_dispatch_stack() > 0)
+def _traced() -> bool:
+    """Whether the call must go through torch.ops (Dynamo tracing or an active TorchFunctionMode, which do not see
+    the extension's direct entry points). Eager calls take `_C.matmul/linear`, which dispatch the same ops."""
+    return torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -43,9 +35,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
         return torch.matmul(a, b, out=out) if out is not None else torch.matmul(a, b)
     if out is not None:
         return torch.ops.cudal2.matmul.out(a, b, out=out)
-    if _plain_eager(a, b):
-        return _C.matmul(a, b)
-    return torch.ops.cudal2.matmul.default(a, b)
+    if _traced():
+        return torch.ops.cudal2.matmul.default(a, b)
+    return _C.matmul(a, b)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -57,9 +49,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if _C is None:
         _extension.warn_fallback_once()
         return F.linear(x, weight, bias)
-    if (_plain_eager(x, weight) if bias is None else _plain_eager(x, weight, bias)):
-        return _C.linear(x, weight, bias)
-    return torch.ops.cudal2.linear.default(x, weight, bias)
+    if _traced():
+        return torch.ops.cudal2.linear.default(x, weight, bias)
+    return _C.linear(x, weight, bias)
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *, layout: str = "nn") -> dict:

@@ -3,7 +3,7 @@
 #
 #   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
 #
-# Stages: build, tests, latency, sweep, sweep-sample, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, e2e.
+# Stages: build, tests, latency, sweep, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, e2e.
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
 set -uo pipefail
@@ -33,8 +33,6 @@ run_stage() {
              --no-header -rfE ;;
     latency) stage latency "$PY" -m benchmarks.api_latency --out "$OUT_DIR/api_latency.json" ;;
     sweep) stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-300}" ;;
-    sweep-sample) stage sweep_sample "$PY" -m search.sweep --sample 100 --seed 0 --budget-s "${SWEEP_BUDGET_S:-300}" \
-                    --out "$OUT_DIR/sweep_g1000_sample100.json" ;;
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
                 --sample "${SANITIZE_SAMPLE:-12}" --out "$OUT_DIR/sanitize.json" ;;

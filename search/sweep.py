@@ -1,11 +1,12 @@
 """The measured sweep behind a table: every built kernel against cuBLASLt-autotune, per problem, on this GPU.
 
-For each problem (G1000 shapes up to a size cap, NT and NN, and LLM decode shapes): the cuBLASLt-autotune baseline
-and every kernel of matching dtype/layout that accepts the problem are checked against the fp32 reference, then
+For each problem (a stratified G1000 sample, the small G1000 shapes, NT and NN, and LLM decode shapes): the
+cuBLASLt-autotune baseline and every kernel of matching dtype/layout that accepts the problem are checked against the fp32 reference, then
 timed in kernel mode (CUDA-graph replay, the benchmark suite's timer) in the same process on the same inputs. The
-fastest correct kernel must also pass the exact-integer check before it is recorded as correct.
+fastest correct kernel must also pass the exact-integer check before it is recorded as correct. Problems are swept
+smallest first until the time budget is spent (the file records whether the sweep completed).
 
-    python -m search.sweep --out sweep.json [--max-log2-mnk 34] [--budget-s 300]
+    python -m search.sweep --out sweep.json [--sample 100] [--max-log2-mnk 24] [--llm-max-m 64] [--budget-s 300]
     python -m search.table_select sweep.json     # -> kernels/<arch_dir>/<gpu_slug>.json
 """
 from __future__ import annotations
@@ -26,23 +27,28 @@ from benchmarks import shapes as bench_shapes
 from benchmarks import timing
 from build_tools.kernel_lib import CUTLASS_PIN
 from cudal2_ops._extension import _C
-from cudal2_ops.correctness import checks, reference
+from cudal2_ops.correctness import checks
+from cudal2_ops.correctness.reference import reference as fp32_reference
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PROTOCOL = "kernel mode: CUDA-graph replay of R calls, CUDA events, median of >= 5 replays; warm L2; same inputs"
 
 
-def problems(max_log2_mnk: float, llm_max_m: int, sample: int | None, seed: int) -> list[tuple[str, str, int, int, int]]:
-    """(layout, dtype, M, N, K), smallest first. With `sample`: a stratified G1000 sample (nt, nn; fp16), all sizes.
-    Otherwise G1000 up to the size cap (nt, nn; fp16) and LLM shapes up to `llm_max_m` (nt; fp16, bf16)."""
-    if sample:
-        grid = bench_shapes.stratified_sample(bench_shapes.g1000(), sample, seed)
-        out = [(layout, "fp16", *s) for s in grid for layout in ("nt", "nn")]
-    else:
-        out = [(layout, "fp16", *s) for s in bench_shapes.g1000() if bench_shapes.log2_mnk(s) <= max_log2_mnk
-               for layout in ("nt", "nn")]
-        out += [("nt", dtype, *s) for s in bench_shapes.llm() if s[0] <= llm_max_m for dtype in ("fp16", "bf16")]
-    return sorted(set(out), key=lambda p: (bench_shapes.log2_mnk(p[2:]), p))
+# Where issue targets are stated (the sm90 family against cuBLASLt at 4096^3 and 8192^3): always swept.
+REFERENCE_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
+
+
+def problems(sample: int, seed: int, max_log2_mnk: float, llm_max_m: int,
+             llm_dtypes: tuple[str, ...]) -> list[tuple[str, str, int, int, int]]:
+    """(layout, dtype, M, N, K): REFERENCE_SHAPES first, then smallest first: a stratified G1000 sample of `sample`
+    shapes and every G1000 shape up to 2^max_log2_mnk (nt, nn; fp16), and LLM shapes with M <= llm_max_m (nt;
+    llm_dtypes)."""
+    grid = set(bench_shapes.stratified_sample(bench_shapes.g1000(), sample, seed)) if sample else set()
+    grid |= {s for s in bench_shapes.g1000() if bench_shapes.log2_mnk(s) <= max_log2_mnk}
+    grid |= set(REFERENCE_SHAPES)
+    out = {(layout, "fp16", *s) for s in grid for layout in ("nt", "nn")}
+    out |= {("nt", dtype, *s) for s in bench_shapes.llm() if s[0] <= llm_max_m for dtype in llm_dtypes}
+    return sorted(out, key=lambda p: (p[2:] not in REFERENCE_SHAPES, bench_shapes.log2_mnk(p[2:]), p))
 
 
 def kernel_impl(name: str, layout: str):
@@ -66,7 +72,7 @@ def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list
     a = torch.randn(m, k, device="cuda", dtype=tdtype)
     b = torch.randn((k, n) if layout == "nn" else (n, k), device="cuda", dtype=tdtype)
     out = torch.empty(m, n, device="cuda", dtype=tdtype)
-    ref = reference.reference(a, b, layout)
+    ref = fp32_reference(a, b, layout)
     tol = 8e-3 if dtype == "bf16" else 1e-3
 
     def rel_err() -> float:
@@ -126,10 +132,11 @@ def environment() -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--max-log2-mnk", type=float, default=34.0, help="G1000 problems up to this size")
-    parser.add_argument("--llm-max-m", type=int, default=128, help="LLM problems up to this M")
+    parser.add_argument("--max-log2-mnk", type=float, default=24.0, help="every G1000 problem up to this size")
+    parser.add_argument("--llm-max-m", type=int, default=64, help="LLM problems up to this M")
+    parser.add_argument("--llm-dtypes", default="fp16", help="comma-separated dtypes of the LLM problems")
     parser.add_argument("--budget-s", type=float, default=300.0, help="stop after this long (smallest first)")
-    parser.add_argument("--sample", type=int, default=None, help="a stratified G1000 sample of this many shapes")
+    parser.add_argument("--sample", type=int, default=100, help="a stratified G1000 sample of this many shapes")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if _C is None or not torch.cuda.is_available():
@@ -137,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kernels = sorted(_C.kernel_names())
     info = {name: _C.kernel_info(name) for name in kernels}
-    todo = problems(args.max_log2_mnk, args.llm_max_m, args.sample, args.seed)
+    todo = problems(args.sample, args.seed, args.max_log2_mnk, args.llm_max_m, tuple(args.llm_dtypes.split(",")))
     doc = {"run_id": f"sweep-{datetime.date.today().isoformat()}-{uuid.uuid4().hex[:8]}", "environment": environment(),
            "protocol": PROTOCOL, "kernels": kernels, "rows": []}
     t0 = time.monotonic()
