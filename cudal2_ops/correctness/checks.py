@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .inputs import GuardedTensor, exact_expected, exact_inputs, random_inputs, same_bits
-from .reference import Impl, default_device, dtype_name, error_stats, reference, torch_impl, within_tolerance
+from .reference import Impl, baseline_impl, default_device, dtype_name, error_stats, reference, within_tolerance
 
 # Stream check: how long the caller's stream sleeps before its inputs are written.
 STREAM_SLEEP_S = 0.25
@@ -41,12 +41,12 @@ class CheckContext:
     """What every check needs besides the problem: bias or not, the baseline, the seeds, the device."""
 
     with_bias: bool = False
-    baseline: Impl | None = None       # None: torch_impl(layout)
+    baseline: Impl | None = None       # None: baseline_impl (cuBLASLt on CUDA, torch on the CPU)
     seeds: tuple[int, ...] = (0, 1, 2)
     device: torch.device = field(default_factory=default_device)
 
     def baseline_for(self, layout: str) -> Impl:
-        return self.baseline if self.baseline is not None else torch_impl(layout)
+        return self.baseline if self.baseline is not None else baseline_impl(layout, self.device)
 
 
 def _result(name: str, shape, layout: str, dtype: torch.dtype, passed: bool, detail: str) -> CheckResult:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .inputs import generator
-from .reference import (DTYPES, error_stats, max_abs_bound, reference, strict_cublas, torch_impl,
+from .reference import (DTYPES, baseline_impl, error_stats, max_abs_bound, reference, strict_cublas,
                         within_tolerance)
 
 SCHEMA = "cudal2.fuzz/1"
@@ -158,8 +158,8 @@ def check_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch
         problems.append("out= given but the result is not out")
     a2, got2 = a.reshape(case.m, case.k), got.reshape(case.m, case.n)
     ref = reference(a2, b, case.layout, bias)
-    base = torch_impl(case.layout)(a2.contiguous(), b.contiguous(), bias,
-                                   torch.empty((case.m, case.n), dtype=dtype, device=device))
+    base = baseline_impl(case.layout, device)(a2.contiguous(), b.contiguous(), bias,
+                                              torch.empty((case.m, case.n), dtype=dtype, device=device))
     stats, base_stats = error_stats(got2, ref), error_stats(base, ref)
     ok, detail = within_tolerance(stats, base_stats, dtype)
     if not ok:

@@ -137,6 +137,31 @@ def torch_impl(layout: str) -> Impl:
     return impl
 
 
+def cublaslt_impl(layout: str) -> Impl:
+    """docs/EVALUATION.md's accuracy yardstick: cuBLASLt with its top heuristic algorithm (fp32 accumulation,
+    fp32-only split-K reductions) on contiguous copies of the inputs, into out."""
+    from cudal2_ops._extension import _C  # noqa: PLC0415 (needs the compiled extension)
+
+    def impl(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+        result = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+        _C.cublaslt_matmul(a.contiguous(), b.contiguous(), None if bias is None else bias.contiguous(), result,
+                           layout, "heuristic")
+        return out.copy_(result)
+
+    impl.__name__ = f"cublaslt_{layout}"
+    return impl
+
+
+def baseline_impl(layout: str, device: torch.device | str) -> Impl:
+    """The baseline whose max abs error bounds an implementation's: cuBLASLt on CUDA when the extension is built
+    (as docs/EVALUATION.md defines it), else torch."""
+    from cudal2_ops._extension import _C  # noqa: PLC0415
+
+    if torch.device(device).type == "cuda" and _C is not None:
+        return cublaslt_impl(layout)
+    return torch_impl(layout)
+
+
 def api_impl(layout: str) -> Impl:
     """The public cudal2 API: cudal2_ops.matmul (nn, no bias) or cudal2_ops.linear (nt)."""
     import cudal2_ops  # noqa: PLC0415 (the package imports this module; resolve the API at call time)
