@@ -49,6 +49,14 @@ at::Tensor matmul_entry(const at::Tensor& a, const at::Tensor& b) {
   return op.call(a, b);
 }
 
+at::Tensor matmul_out_entry(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("cudal2::matmul", "out").typed<at::Tensor&(
+      const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+  if (needs_grad(a, b, std::nullopt)) return op.call(a, b, out);  // autograd rejects out= as torch does
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(a, b, out);
+}
+
 cudal2_layout parse_layout(const std::string& layout) {
   TORCH_CHECK(layout == "nn" || layout == "nt", "layout must be 'nn' (b is [K, N]) or 'nt' (b is [N, K]), got '",
               layout, "'");
@@ -216,6 +224,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace cudal2;
   m.doc() = "cudal2 compiled extension: dispatcher, cuBLASLt fallback, kernel registry";
   m.def("matmul", &matmul_entry, "cudal2.matmul for eager calls (autograd only when a gradient is needed).");
+  m.def("matmul_out", &matmul_out_entry, "cudal2.matmul(a, b, out=out) for eager calls.");
   m.def("linear", &linear_entry, "cudal2.linear for eager calls (autograd only when a gradient is needed).");
   m.def("load_kernel_library", [](const std::string& path) { return KernelRegistry::instance().load_library(path); },
         "Loads a kernel library (.so); returns the number of kernels added.");

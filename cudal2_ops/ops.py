@@ -1,4 +1,4 @@
-"""The public GEMM API: `matmul`, `linear`, `explain`, with fake (meta) kernels and autograd for the custom ops.
+"""The public GEMM API: `matmul`, `linear`, `explain`, and the fake (meta) kernels of the custom ops.
 
 `torch.ops.cudal2.matmul/linear` are defined in C++ (csrc/bindings.cpp). Eager calls enter through `_C.matmul/linear`,
 which dispatch the same ops from C++ (below autograd when no gradient is needed); traced and compiled calls use
@@ -34,7 +34,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
         _extension.warn_fallback_once()
         return torch.matmul(a, b, out=out) if out is not None else torch.matmul(a, b)
     if out is not None:
-        return torch.ops.cudal2.matmul.out(a, b, out=out)
+        return torch.ops.cudal2.matmul.out(a, b, out=out) if _traced() else _C.matmul_out(a, b, out)
     if _traced():
         return torch.ops.cudal2.matmul.default(a, b)
     return _C.matmul(a, b)
@@ -81,52 +81,11 @@ def _fake_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return F.linear(x, weight, bias)
 
 
-# ---- autograd: backward runs through the same ops where they apply, torch elsewhere ------------------------------
-
-def _matmul_setup(ctx, inputs, output) -> None:
-    a, b = inputs
-    ctx.save_for_backward(a if b.requires_grad else None, b if a.requires_grad else None)
-
-
-def _matmul_backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    grad_a = grad_b = None
-    if ctx.needs_input_grad[0]:
-        grad_a = torch.ops.cudal2.matmul(grad, b.t()) if b.dim() == 2 else torch.matmul(grad, b.transpose(-1, -2))
-    if ctx.needs_input_grad[1]:
-        grad_b = _reduce_to_2d(a).t() @ _reduce_to_2d(grad) if b.dim() == 2 else None
-    return grad_a, grad_b
-
-
-def _reduce_to_2d(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(-1, t.shape[-1])
-
-
-def _linear_setup(ctx, inputs, output) -> None:
-    x, weight, bias = inputs
-    ctx.save_for_backward(x if weight.requires_grad else None, weight if x.requires_grad else None)
-    ctx.has_bias = bias is not None
-
-
-def _linear_backward(ctx, grad):
-    x, weight = ctx.saved_tensors
-    grad_x = grad_w = grad_bias = None
-    if ctx.needs_input_grad[0]:
-        grad_x = torch.ops.cudal2.matmul(grad, weight)  # [.., N] @ [N, K]: an NN GEMM
-    if ctx.needs_input_grad[1]:
-        grad_w = _reduce_to_2d(grad).t() @ _reduce_to_2d(x)
-    if ctx.has_bias and ctx.needs_input_grad[2]:
-        grad_bias = _reduce_to_2d(grad).sum(0)
-    return grad_x, grad_w, grad_bias
-
-
 def _register() -> None:
-    """Registers fake kernels, autograd and the table loader for the C++-defined ops."""
+    """Registers the fake kernels and the table loader of the C++-defined ops (autograd is in csrc/autograd.cpp)."""
     torch.library.register_fake("cudal2::matmul", _fake_matmul)
     torch.library.register_fake("cudal2::matmul.out", _fake_matmul_out)
     torch.library.register_fake("cudal2::linear", _fake_linear)
-    torch.library.register_autograd("cudal2::matmul", _matmul_backward, setup_context=_matmul_setup)
-    torch.library.register_autograd("cudal2::linear", _linear_backward, setup_context=_linear_setup)
     from cudal2_ops import tables  # noqa: PLC0415 (imports torch.cuda helpers lazily)
 
     _C.set_table_loader(tables.install_table)

@@ -108,3 +108,26 @@ def test_without_extension_every_call_runs_torch_with_one_warning(monkeypatch):
         warnings.simplefilter("error")
         assert torch.equal(cudal2_ops.linear(a, b.t()), F.linear(a, b.t()))
     assert cudal2_ops.explain(a, b)["path"] == "torch"
+
+
+@needs_ext
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 5, 8), (8, 3)), ((8,), (8, 3)), ((2, 5, 8), (2, 8, 3))])
+def test_matmul_autograd_matches_torch(a_shape, b_shape):
+    a = torch.randn(a_shape, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(b_shape, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(torch.matmul(a, b).shape, dtype=torch.float64)
+    cudal2_ops.matmul(a, b).backward(grad)
+    ours = (a.grad.clone(), b.grad.clone())
+    a.grad = b.grad = None
+    torch.matmul(a, b).backward(grad)
+    torch.testing.assert_close(ours[0], a.grad)
+    torch.testing.assert_close(ours[1], b.grad)
+
+
+@needs_ext
+def test_out_with_grad_is_rejected_like_torch():
+    a, b = torch.randn(4, 8, requires_grad=True), torch.randn(8, 3)
+    with pytest.raises(RuntimeError):
+        torch.matmul(a, b, out=torch.empty(4, 3))
+    with pytest.raises(RuntimeError):
+        cudal2_ops.matmul(a, b, out=torch.empty(4, 3))
