@@ -87,6 +87,10 @@ class Kernel:
         """Workspace bytes the kernel needs for the problem."""
         return int(self._desc.workspace_size(ctypes.byref(p)))
 
+    def launch(self, p: Problem) -> int:
+        """Enqueues the kernel for a prepared problem; returns the ABI status (0 = ok)."""
+        return int(self._desc.launch(ctypes.byref(p)))
+
     def run(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
             out: torch.Tensor | None = None, splits: int = 0, swizzle: int = 0, raster: int = 0) -> torch.Tensor:
         """Runs the kernel on the current stream and returns out [M, N] (allocated when not given)."""
@@ -99,7 +103,7 @@ class Kernel:
         ws_bytes = self.workspace_size(p)
         workspace = torch.empty(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes else None
         p = self.problem(a, b, out, bias, splits, swizzle, raster, workspace)
-        status = self._desc.launch(ctypes.byref(p))
+        status = self.launch(p)
         if status != 0:
             raise KernelError(f"kernel {self.name} on M={p.m} N={p.n} K={p.k}: {STATUS_NAMES.get(status, status)}")
         return out

@@ -15,6 +15,7 @@ from cudal2_ops.correctness import (GUARD_BYTES, CheckResult, ErrorStats, Guarde
                                     torch_impl, within_tolerance)
 from cudal2_ops.correctness import fuzz
 from cudal2_ops.correctness.inputs import exact_density, same_bits
+from cudal2_ops.correctness.negative_controls import fp16_accumulating, last_row_unwritten, writes_past_the_end
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_CHECKS = ("random", "exact", "guards", "layouts", "determinism")
@@ -114,26 +115,6 @@ def test_guarded_tensor_requires_fill():
 # ---------------------------------------------------------------- run_checks on CPU: torch passes, broken impls fail
 
 SHAPE = (6, 10, 4096)
-
-
-def fp16_accumulating(a, b, bias, out):
-    """Partial products of 256-wide K chunks summed in fp16: what an 'fp32' kernel accumulating in fp16 does."""
-    acc = torch.zeros(out.shape, dtype=a.dtype, device=a.device)
-    for k0 in range(0, a.shape[1], 256):
-        acc += (a[:, k0:k0 + 256].float() @ b[k0:k0 + 256].float()).to(a.dtype)
-    return out.copy_(acc if bias is None else acc + bias)
-
-
-def last_row_unwritten(a, b, bias, out):
-    out[:-1].copy_(torch.matmul(a[:-1], b))
-    return out
-
-
-def writes_past_the_end(a, b, bias, out):
-    torch.matmul(a, b, out=out)
-    m, n = out.shape
-    out.as_strided((1,), (1,), out.storage_offset() + (m - 1) * out.stride(0) + n).fill_(0.0)
-    return out
 
 
 def writes_its_input(a, b, bias, out):

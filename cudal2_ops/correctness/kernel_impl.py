@@ -1,7 +1,6 @@
 """A kernel of a `KernelLibrary` as a harness implementation whose workspace the caller can provide (and fence)."""
 from __future__ import annotations
 
-import ctypes
 
 import torch
 
@@ -35,7 +34,7 @@ class KernelImpl:
         if workspace is None and need:
             workspace = torch.empty(need, dtype=torch.uint8, device=a.device)
         p = self.kernel.problem(a, b, out, bias, workspace=workspace, **self.knobs)
-        status = self.kernel._desc.launch(ctypes.byref(p))  # noqa: SLF001 (Kernel.run allocates its own workspace)
+        status = self.kernel.launch(p)  # Kernel.run would allocate its own workspace
         if status != 0:
             raise KernelError(f"kernel {self.kernel.name} on M={p.m} N={p.n} K={p.k}: "
                               f"{STATUS_NAMES.get(status, status)}")

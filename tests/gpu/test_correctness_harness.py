@@ -15,7 +15,7 @@ import torch
 from cudal2_ops.correctness import CHECKS, all_passed, run_checks, summarize, torch_impl
 from cudal2_ops.correctness.fuzz import fp32_api, make_cases, run_fuzz, validate_report
 from cudal2_ops.correctness.kernel_impl import KernelImpl
-from cudal2_ops.correctness.reference import strict_cublas
+from cudal2_ops.correctness.negative_controls import fp16_accumulating, last_row_unwritten, writes_past_the_end
 from cudal2_ops.kernel_library import KernelLibrary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,26 +39,6 @@ def test_torch_passes_every_check(layout, with_bias, dtype):
 
 
 # ---------------------------------------------------------------- broken implementations, one per check
-
-def fp16_accumulating(a, b, bias, out):
-    """Partial products of 256-wide K chunks summed in fp16."""
-    acc = torch.zeros(out.shape, dtype=a.dtype, device=a.device)
-    with strict_cublas():
-        for k0 in range(0, a.shape[1], 256):
-            acc += a[:, k0:k0 + 256] @ b[k0:k0 + 256]
-    return out.copy_(acc)
-
-
-def last_row_unwritten(a, b, bias, out):
-    out[:-1].copy_(torch.matmul(a[:-1], b))
-    return out
-
-
-def writes_past_the_end(a, b, bias, out):
-    torch.matmul(a, b, out=out)
-    m, n = out.shape
-    out.as_strided((8,), (1,), out.storage_offset() + (m - 1) * out.stride(0) + n).fill_(0.0)
-    return out
 
 
 def ignores_leading_dimension(a, b, bias, out):

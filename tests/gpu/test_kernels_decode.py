@@ -5,7 +5,6 @@ CUDAL2_DECODE_BENCH=1 also runs the cold-weight bandwidth benchmark on the LLM d
 """
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import statistics
@@ -206,7 +205,7 @@ class _Launcher:
 
     def __call__(self) -> None:
         p: Problem = self.kernel.problem(self.a, self.b, self.out, splits=self.splits, workspace=self.workspace)
-        assert self.kernel._desc.launch(ctypes.byref(p)) == 0
+        assert self.kernel.launch(p) == 0
 
 
 def graph_time_us(calls: list, replays: int = 7) -> float:

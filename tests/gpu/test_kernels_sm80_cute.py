@@ -5,7 +5,6 @@ Set CUDAL2_KERNEL_LIB to a library holding sm80_cute kernels, e.g. built with
 """
 from __future__ import annotations
 
-import ctypes
 import os
 
 import pytest
@@ -162,7 +161,7 @@ def test_workspace_checked(kernels):
     out = torch.empty(64, 64, dtype=k.dtype, device="cuda")
     p = k.problem(a, b, out, splits=4)
     assert k.workspace_size(p) > 0
-    assert k._desc.launch(ctypes.byref(p)) == STATUS_WORKSPACE_TOO_SMALL
+    assert k.launch(p) == STATUS_WORKSPACE_TOO_SMALL
     assert k.workspace_size(k.problem(a, b, out)) == 0
 
 
