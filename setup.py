@@ -96,6 +96,7 @@ def extension_modules() -> tuple[list, dict]:
                       "built and every cudal2_ops call runs torch.")
         return [], {}
     os.environ.setdefault("CUDA_HOME", cuda_home)
+    os.environ.setdefault("MAX_JOBS", str(kernel_lib.default_jobs()))  # torch's ninja build reads it too
     arch_list = default_arch_list()
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list.replace("9.0a", "9.0")  # the binding has no device code
 
