@@ -1,4 +1,10 @@
 // Times cuBLASLt's heuristic candidates for one problem and picks the fastest (median of several samples).
+//
+// Each timed burst is queued behind a GPU spin kernel, so the host has enqueued every call before the first one runs
+// and the events measure the kernels back to back, not the host's issue rate (a small GEMM takes ~2.5 us on the GPU
+// but ~12 us to issue).
+#include <ATen/cuda/Sleep.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -12,11 +18,13 @@ constexpr int kSamples = 5;
 constexpr double kTargetSampleUs = 200.0;  // calls per sample are scaled so that one sample takes about this long
 constexpr int kMaxCallsPerSample = 50;
 constexpr double kBudgetMs = 400.0;  // per problem: later candidates are skipped once this is spent
+constexpr int64_t kSpinCyclesPerCall = 60000;  // ~30 us at 2 GHz: more than the host needs to issue one call
 
 // Median time per call (us) of `algo`, or a negative value when a call fails.
 float time_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const Workspace& ws,
                 cudaEvent_t start, cudaEvent_t stop) {
   if (lt_matmul(g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;  // warm-up
+  at::cuda::sleep(kSpinCyclesPerCall);
   cudaEventRecord(start, g.stream);
   if (lt_matmul(g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;
   cudaEventRecord(stop, g.stream);
@@ -27,6 +35,7 @@ float time_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& alg
                                kMaxCallsPerSample);
   std::vector<float> samples;
   for (int s = 0; s < kSamples; ++s) {
+    at::cuda::sleep(kSpinCyclesPerCall * calls);
     cudaEventRecord(start, g.stream);
     for (int i = 0; i < calls; ++i) lt_matmul(g, plan, algo, ws);
     cudaEventRecord(stop, g.stream);
