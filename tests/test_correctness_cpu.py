@@ -15,7 +15,8 @@ from cudal2_ops.correctness import (GUARD_BYTES, CheckResult, ErrorStats, Guarde
                                     torch_impl, within_tolerance)
 from cudal2_ops.correctness import fuzz
 from cudal2_ops.correctness.inputs import exact_density, same_bits
-from cudal2_ops.correctness.negative_controls import fp16_accumulating, last_row_unwritten, writes_past_the_end
+from cudal2_ops.correctness.negative_controls import (Nondeterministic, fp16_accumulating, ignores_leading_dimension,
+                                                       last_row_unwritten, low_precision, writes_past_the_end)
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_CHECKS = ("random", "exact", "guards", "layouts", "determinism")
@@ -120,30 +121,6 @@ SHAPE = (6, 10, 4096)
 def writes_its_input(a, b, bias, out):
     a[0, 0] = a[0, 0] + 1
     return torch.matmul(a, b, out=out)
-
-
-def ignores_leading_dimension(a, b, bias, out):
-    dense_a = a.as_strided(a.shape, (a.shape[1], 1))
-    return torch.matmul(dense_a, b, out=out)
-
-
-class Nondeterministic:
-    """Every other call perturbs one output by one ulp, as an unordered atomic split-K reduction can."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, a, b, bias, out):
-        torch.matmul(a, b, out=out)
-        self.calls += 1
-        if self.calls % 2:
-            out.view(torch.int16)[0, 0] += 1
-        return out
-
-
-def low_precision(a, b, bias, out):
-    """fp16 inputs rounded to bf16 first: ~3e-3 relative error, over the fp16 tolerance."""
-    return out.copy_(torch.matmul(a.bfloat16(), b.bfloat16()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

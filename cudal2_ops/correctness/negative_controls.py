@@ -28,3 +28,27 @@ def writes_past_the_end(a, b, bias, out):
     m, n = out.shape
     out.as_strided((8,), (1,), out.storage_offset() + (m - 1) * out.stride(0) + n).fill_(0.0)
     return out
+
+
+def ignores_leading_dimension(a, b, bias, out):
+    """Reads A as if it were dense (row stride K), ignoring its real leading dimension."""
+    return torch.matmul(a.as_strided(a.shape, (a.shape[1], 1)), b, out=out)
+
+
+def low_precision(a, b, bias, out):
+    """Inputs rounded to bf16 first: ~3e-3 relative error, over the fp16 tolerance."""
+    return out.copy_(torch.matmul(a.bfloat16(), b.bfloat16()))
+
+
+class Nondeterministic:
+    """Every other call perturbs one output by one ulp, as an unordered atomic split-K reduction can."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, a, b, bias, out):
+        torch.matmul(a, b, out=out)
+        self.calls += 1
+        if self.calls % 2:
+            out.view(torch.int16)[0, 0] += 1
+        return out

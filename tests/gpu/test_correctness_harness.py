@@ -15,7 +15,8 @@ import torch
 from cudal2_ops.correctness import CHECKS, all_passed, run_checks, summarize, torch_impl
 from cudal2_ops.correctness.fuzz import fp32_api, make_cases, run_fuzz, validate_report
 from cudal2_ops.correctness.kernel_impl import KernelImpl
-from cudal2_ops.correctness.negative_controls import fp16_accumulating, last_row_unwritten, writes_past_the_end
+from cudal2_ops.correctness.negative_controls import (Nondeterministic, fp16_accumulating, ignores_leading_dimension,
+                                                       last_row_unwritten, low_precision, writes_past_the_end)
 from cudal2_ops.kernel_library import KernelLibrary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,28 +40,6 @@ def test_torch_passes_every_check(layout, with_bias, dtype):
 
 
 # ---------------------------------------------------------------- broken implementations, one per check
-
-
-def ignores_leading_dimension(a, b, bias, out):
-    return torch.matmul(a.as_strided(a.shape, (a.shape[1], 1)), b, out=out)
-
-
-def low_precision(a, b, bias, out):
-    return out.copy_(torch.matmul(a.bfloat16(), b.bfloat16()))
-
-
-class Nondeterministic:
-    """Every other call perturbs one output by one ulp (as an unordered atomic split-K reduction can)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, a, b, bias, out):
-        torch.matmul(a, b, out=out)
-        self.calls += 1
-        if self.calls % 2:
-            out.view(torch.int16)[0, 0] += 1
-        return out
 
 
 class PrivateStream:
