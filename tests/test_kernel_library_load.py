@@ -1,0 +1,60 @@
+"""A kernel library built with nvcc on this machine loads through both loaders (ctypes and the C++ registry) and
+answers host-side queries of the kernel C ABI; no GPU needed."""
+import pytest
+
+import cudal2_ops
+from build_tools import kernel_lib
+from cudal2_ops.kernel_library import KernelLibrary, Problem
+
+NAME = "decode_fp16_nt_16x64x128_s4_w4"
+FAKE_ALIGNED = 1 << 20  # host-side checks never dereference pointers
+
+
+def have_toolchain() -> bool:
+    try:
+        kernel_lib.nvcc_path()
+        kernel_lib.cutlass_include_dir()
+    except kernel_lib.KernelBuildError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    if not have_toolchain():
+        pytest.skip("nvcc or the CUTLASS headers are not available")
+    out = tmp_path_factory.mktemp("lib") / "libk.so"
+    assert kernel_lib.build_library([NAME], out, ["90"], cache_dir=out.parent / "cache", progress=lambda _: None) \
+        == [NAME]
+    return out
+
+
+def problem(**overrides) -> Problem:
+    fields = dict(m=8, n=4096, k=4096, a=FAKE_ALIGNED, lda=4096, b=FAKE_ALIGNED, ldb=4096, d=FAKE_ALIGNED, ldd=4096,
+                  dtype=0, layout=1, sm_count=132)
+    fields.update(overrides)
+    return Problem(**fields)
+
+
+def test_ctypes_loader_reads_the_index(library):
+    lib = KernelLibrary(library)
+    assert "90" in lib.archs  # sm_90 code of the sm80-folder kernel
+    kernel = lib.kernels[NAME]
+    assert (kernel.family, kernel.layout, kernel.sm_min, kernel.sm_max) == ("decode", "nt", 80, 90)
+    assert kernel.can_implement(problem())
+    assert not kernel.can_implement(problem(m=65))          # more rows than the tile holds
+    assert not kernel.can_implement(problem(a=FAKE_ALIGNED + 2))  # not 16-byte aligned
+    assert not kernel.can_implement(problem(layout=0))      # instantiated for NT only
+    assert kernel._desc.can_implement(None) == 4            # null descriptor: bad argument
+
+
+@pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
+def test_cpp_registry_loads_the_library(library):
+    from cudal2_ops._extension import _C
+
+    assert _C.load_kernel_library(str(library)) == 1
+    info = _C.kernel_info(NAME)
+    assert (info["family"], info["dtype"], info["layout"]) == ("decode", "fp16", "nt")
+    assert str(library) in _C.kernel_libraries()
+    with pytest.raises(RuntimeError, match="not a cudal2 kernel library|cannot load"):
+        _C.load_kernel_library("/nonexistent/libnothing.so")
