@@ -1,13 +1,12 @@
 """A kernel library built with nvcc on this machine loads through both loaders (ctypes and the C++ registry) and
-answers host-side queries of the kernel C ABI; no GPU needed."""
+its index describes its kernels; no GPU needed."""
 import pytest
 
 import cudal2_ops
 from build_tools import kernel_lib
-from cudal2_ops.kernel_library import KernelLibrary, Problem
+from cudal2_ops.kernel_library import KernelLibrary
 
 NAME = "decode_fp16_nt_16x64x128_s4_w4"
-FAKE_ALIGNED = 1 << 20  # host-side checks never dereference pointers
 
 
 def have_toolchain() -> bool:
@@ -29,23 +28,13 @@ def library(tmp_path_factory):
     return out
 
 
-def problem(**overrides) -> Problem:
-    fields = dict(m=8, n=4096, k=4096, a=FAKE_ALIGNED, lda=4096, b=FAKE_ALIGNED, ldb=4096, d=FAKE_ALIGNED, ldd=4096,
-                  dtype=0, layout=1, sm_count=132)
-    fields.update(overrides)
-    return Problem(**fields)
-
-
 def test_ctypes_loader_reads_the_index(library):
     lib = KernelLibrary(library)
     assert "90" in lib.archs  # sm_90 code of the sm80-folder kernel
     kernel = lib.kernels[NAME]
     assert (kernel.family, kernel.layout, kernel.sm_min, kernel.sm_max) == ("decode", "nt", 80, 90)
-    assert kernel.can_implement(problem())
-    assert not kernel.can_implement(problem(m=65))          # more rows than the tile holds
-    assert not kernel.can_implement(problem(a=FAKE_ALIGNED + 2))  # not 16-byte aligned
-    assert not kernel.can_implement(problem(layout=0))      # instantiated for NT only
-    assert kernel._desc.can_implement(None) == 4            # null descriptor: bad argument
+    # Shape and alignment answers need the device's shared-memory size (a GPU); a null descriptor does not.
+    assert kernel._desc.can_implement(None) == 4  # CUDAL2_BAD_ARGUMENT
 
 
 @pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
