@@ -67,6 +67,16 @@ def cutlass_include_dir() -> Path:
     return Path(cutlass_library.__file__).resolve().parent / "source" / "include"
 
 
+def toolchain_problem() -> str | None:
+    """Why kernels cannot be built here (nvcc or the CUTLASS headers missing), or None when they can."""
+    try:
+        nvcc_path()
+        cutlass_include_dir()
+    except KernelBuildError as exc:
+        return str(exc)
+    return None
+
+
 def parse_arch_list(text: str | None) -> list[str]:
     """Normalises a TORCH_CUDA_ARCH_LIST-style string ("8.0;9.0a", "8.0 9.0+PTX") to ["80", "90a"]."""
     text = text or DEFAULT_ARCHS

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from build_tools import kernel_lib
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the lent H100/H200)")
@@ -16,3 +18,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.gpu)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip)
+
+
+@pytest.fixture
+def kernel_toolchain() -> None:
+    """Skips the test where kernels cannot be compiled (no nvcc or no CUTLASS headers)."""
+    problem = kernel_lib.toolchain_problem()
+    if problem is not None:
+        pytest.skip(problem)

@@ -116,14 +116,10 @@ def cuobjdump_path() -> str | None:
     return None
 
 
-def test_compiles_to_hgmma() -> None:
+def test_compiles_to_hgmma(kernel_toolchain) -> None:
     """Compiles one representative kernel for sm_90a (cached objects reused) and checks its SASS uses HGMMA."""
-    kernel_lib = pytest.importorskip("build_tools.kernel_lib")
-    try:
-        kernel_lib.nvcc_path()
-        kernel_lib.cutlass_include_dir()
-    except kernel_lib.KernelBuildError as exc:
-        pytest.skip(str(exc))
+    from build_tools import kernel_lib
+
     cuobjdump = cuobjdump_path()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found")

@@ -9,19 +9,10 @@ from cudal2_ops.kernel_library import KernelLibrary
 NAME = "decode_fp16_nt_16x64x128_s4_w4"
 
 
-def have_toolchain() -> bool:
-    try:
-        kernel_lib.nvcc_path()
-        kernel_lib.cutlass_include_dir()
-    except kernel_lib.KernelBuildError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
-    if not have_toolchain():
-        pytest.skip("nvcc or the CUTLASS headers are not available")
+    if kernel_lib.toolchain_problem() is not None:
+        pytest.skip(kernel_lib.toolchain_problem())
     out = tmp_path_factory.mktemp("lib") / "libk.so"
     assert kernel_lib.build_library([NAME], out, ["90"], cache_dir=out.parent / "cache", progress=lambda _: None) \
         == [NAME]
