@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from cudal2_ops import _extension
 from cudal2_ops._extension import _C
 
+
 def is_available() -> bool:
     """True when the compiled extension is loaded (otherwise every call runs torch)."""
     return _C is not None
