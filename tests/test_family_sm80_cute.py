@@ -75,7 +75,7 @@ def test_render_is_deterministic_and_names_the_config():
 
 def test_render_rejects_infeasible():
     with pytest.raises(ValueError, match="tile_k"):
-        sm80_cute.render(with_(tile_k=16))
+        codegen.render(with_(tile_k=16))
 
 
 @pytest.mark.parametrize("cfg", sm80_cute.default_configs(), ids=lambda c: c.name)

@@ -84,7 +84,7 @@ def test_render_is_deterministic_and_complete() -> None:
 
 def test_render_refuses_infeasible() -> None:
     with pytest.raises(ValueError, match="not feasible"):
-        fam.render(variant(tile_k=256))
+        codegen.render(variant(tile_k=256))
 
 
 def test_names_round_trip_and_default_set() -> None:

@@ -69,9 +69,6 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
 
 def render(cfg: HgemmConfig) -> str:
     """The body of `kernels/sm80/<name>.cu`: one CUDAL2_SM80_CUTE_KERNEL instantiation."""
-    ok, why = feasible(cfg, SM_MIN)
-    if not ok:
-        raise ValueError(f"{cfg.name}: {why}")
     return (
         '#include "cudal2/sm80_cute.cuh"\n'
         "\n"
