@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import NamedTuple
 
 FAMILIES = ("sm90_tma_ws", "sm80_cute", "decode")
 DTYPES = ("fp16", "bf16")
@@ -14,6 +15,20 @@ LAYOUTS = ("nn", "nt")
 
 # Where each family's generated sources live, and which GPU architectures they are compiled for.
 ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80"}
+
+
+class Knobs(NamedTuple):
+    """Runtime knobs of one kernel call (cudal2_problem's splits/swizzle/raster; 0 = the kernel's default).
+
+    Their meaning is per family (see each family module and its header); table entries carry them per problem.
+    """
+
+    splits: int = 0
+    swizzle: int = 0
+    raster: int = 0
+
+
+DEFAULT_KNOBS = Knobs()
 
 
 @dataclasses.dataclass(frozen=True, order=True)

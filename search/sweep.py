@@ -1,17 +1,28 @@
 """The measured sweep behind a table: every built kernel against cuBLASLt-autotune, per problem, on this GPU.
 
 For each problem (a stratified G1000 sample, the small G1000 shapes, NT and NN, and LLM decode shapes): the
-cuBLASLt-autotune baseline and every kernel of matching dtype/layout that accepts the problem are checked against the fp32 reference, then
-timed in kernel mode (CUDA-graph replay, the benchmark suite's timer) in the same process on the same inputs. The
-fastest correct kernel must also pass the exact-integer check before it is recorded as correct. Problems are swept
+cuBLASLt-autotune baseline and every kernel of matching dtype/layout that accepts the problem are checked against
+the fp32 reference, then timed in kernel mode (CUDA-graph replay, the benchmark suite's timer) in the same process
+on the same inputs, first with default runtime knobs (splits = swizzle = raster = 0). Then the KNOB_TOP fastest
+correct kernels are timed again under each variant of their family's `knob_grid` (swizzle and raster order for
+L2 locality, split-K / stream-K decompositions), each variant checked against the reference first; variants a
+kernel rejects are skipped. Every measurement is a candidate carrying its knobs. The fastest correct candidate must
+also pass the exact-integer check, run with its knobs, before it is recorded as correct. Problems are swept
 smallest first until the time budget is spent (the file records whether the sweep completed).
 
-    python -m search.sweep --out sweep.json [--sample 100] [--max-log2-mnk 24] [--llm-max-m 64] [--budget-s 300]
+Cost: knob exploration is bounded to the KNOB_TOP kernels of each problem: at most 2 x 11 extra timings (sm90
+stream-K: 8 swizzle x raster + 3 splits; sm90 persistent 8; sm80_cute up to 6; decode up to 6). Replayed on the
+2026-11-22 H200 sweep (493 problems, 4220 timings in 89 s, about 21 ms each) that is 12.5 extra timings per problem
+on average (6157, about 130 s); with the bf16 LLM problems and the larger default kernel set a full sweep should
+take about 5 minutes, hence the 600 s default budget.
+
+    python -m search.sweep --out sweep.json [--sample 100] [--max-log2-mnk 24] [--llm-max-m 64] [--budget-s 600]
     python -m search.table_select sweep.json     # -> kernels/<arch_dir>/<gpu_slug>.json
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -29,9 +40,12 @@ from build_tools.kernel_lib import CUTLASS_PIN
 from cudal2_ops._extension import _C
 from cudal2_ops.correctness import checks
 from cudal2_ops.correctness.reference import reference as fp32_reference
+from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
+from search.families import family_module
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PROTOCOL = "kernel mode: CUDA-graph replay of R calls, CUDA events, median of >= 5 replays; warm L2; same inputs"
+KNOB_TOP = 2  # kernels per problem whose runtime knob grid is explored
 
 
 # Where issue targets are stated (the sm90 family against cuBLASLt at 4096^3 and 8192^3): always swept.
@@ -51,12 +65,32 @@ def problems(sample: int, seed: int, max_log2_mnk: float, llm_max_m: int,
     return sorted(out, key=lambda p: (p[2:] not in REFERENCE_SHAPES, bench_shapes.log2_mnk(p[2:]), p))
 
 
-def kernel_impl(name: str, layout: str):
-    """An `impl(a, b, bias, out)` running one kernel by name with default knobs (for the correctness checks)."""
+def kernel_impl(name: str, layout: str, knobs: Knobs = DEFAULT_KNOBS):
+    """An `impl(a, b, bias, out)` running one kernel by name with `knobs` (the checks' calling convention)."""
     def impl(a, b, bias, out):
-        _C.run_kernel(name, a, b, bias, out, layout, 0, 0, 0)
+        _C.run_kernel(name, a, b, bias, out, layout, *knobs)
         return out
     return impl
+
+
+def knob_grid(name: str, m: int, n: int, k: int) -> list[Knobs]:
+    """The knob variants to time for kernel `name` on an M x N x K problem: its family's `knob_grid` (none for a
+    kernel whose name is not a generated config, e.g. one from an extra kernel library)."""
+    try:
+        cfg = HgemmConfig.from_name(name)
+    except ValueError:
+        return []
+    return family_module(cfg.family).knob_grid(cfg, m, n, k)
+
+
+def knobs_of(cand: dict) -> Knobs:
+    """The runtime knobs a candidate was measured with."""
+    return Knobs(cand["splits"], cand["swizzle"], cand["raster"])
+
+
+def fastest(cands: list[dict], count: int) -> list[dict]:
+    """The `count` fastest correct timed candidates, fastest first."""
+    return sorted((c for c in cands if c["correct"] and c.get("us")), key=lambda c: c["us"])[:count]
 
 
 def time_call(call) -> float:
@@ -66,39 +100,75 @@ def time_call(call) -> float:
     return timing.kernel_mode(lambda i: call(), 1, est)["median_us"]
 
 
-def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list[str]) -> dict:
-    """Baseline and candidate measurements for one problem."""
-    tdtype = TORCH_DTYPES[dtype]
-    a = torch.randn(m, k, device="cuda", dtype=tdtype)
-    b = torch.randn((k, n) if layout == "nn" else (n, k), device="cuda", dtype=tdtype)
-    out = torch.empty(m, n, device="cuda", dtype=tdtype)
-    ref = fp32_reference(a, b, layout)
-    tol = 8e-3 if dtype == "bf16" else 1e-3
+@dataclasses.dataclass
+class ProblemRun:
+    """One problem's inputs, fp32 reference and output buffer, shared by the baseline and every candidate."""
 
-    def rel_err() -> float:
-        return ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    layout: str
+    a: torch.Tensor
+    b: torch.Tensor
+    out: torch.Tensor
+    ref: torch.Tensor
+    tol: float
 
-    row = {"layout": layout, "dtype": dtype, "m": m, "n": n, "k": k, "baseline": "cublaslt-autotune"}
-    _C.cublaslt_matmul(a, b, None, out, layout, "autotune")  # tunes once for this problem
-    row["baseline_err"] = rel_err()
-    row["baseline_us"] = time_call(lambda: _C.cublaslt_matmul(a, b, None, out, layout, "autotune"))
-    row["candidates"] = []
-    for name in kernels:
-        out.fill_(float("nan"))
+    @classmethod
+    def random(cls, layout: str, dtype: str, m: int, n: int, k: int) -> "ProblemRun":
+        """Random normal operands on the GPU, with the relative-error tolerance of `dtype`."""
+        tdtype = TORCH_DTYPES[dtype]
+        a = torch.randn(m, k, device="cuda", dtype=tdtype)
+        b = torch.randn((k, n) if layout == "nn" else (n, k), device="cuda", dtype=tdtype)
+        out = torch.empty(m, n, device="cuda", dtype=tdtype)
+        return cls(layout, a, b, out, fp32_reference(a, b, layout), 8e-3 if dtype == "bf16" else 1e-3)
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        """The problem's M, N, K."""
+        return self.out.shape[0], self.out.shape[1], self.a.shape[1]
+
+    def rel_err(self) -> float:
+        """Relative Frobenius error of `out` against the reference."""
+        return ((self.out.float() - self.ref).norm() / self.ref.norm().clamp_min(1e-30)).item()
+
+    def candidate(self, name: str, knobs: Knobs) -> dict | None:
+        """Kernel `name` under `knobs`: its relative error, whether that is within tolerance and, only then, its time;
+        None when the kernel rejects the problem or the knobs."""
+        impl = kernel_impl(name, self.layout, knobs)
+
+        def call():
+            impl(self.a, self.b, None, self.out)
+        self.out.fill_(float("nan"))
         try:
-            _C.run_kernel(name, a, b, None, out, layout, 0, 0, 0)
+            call()
         except RuntimeError:
-            continue  # the kernel does not accept this problem
-        err = rel_err()
-        cand = {"kernel": name, "splits": 0, "swizzle": 0, "raster": 0, "err": err, "correct": err <= tol}
+            return None
+        err = self.rel_err()
+        cand = {"kernel": name, **knobs._asdict(), "err": err, "correct": err <= self.tol}
         if cand["correct"]:
-            cand["us"] = time_call(lambda: _C.run_kernel(name, a, b, None, out, layout, 0, 0, 0))
-        row["candidates"].append(cand)
-    timed = [c for c in row["candidates"] if c.get("us")]
-    if timed:
-        best = min(timed, key=lambda c: c["us"])
-        exact = checks.check_exact(kernel_impl(best["kernel"], layout), (m, n, k), layout, tdtype,
-                                   checks.CheckContext())
+            cand["us"] = time_call(call)
+        return cand
+
+
+def measure_kernels(run: ProblemRun, kernels: list[str]) -> list[dict]:
+    """Candidates of one problem: every kernel with default knobs, then each variant of the knob grid of the
+    KNOB_TOP fastest correct kernels."""
+    cands = [c for name in kernels if (c := run.candidate(name, DEFAULT_KNOBS)) is not None]
+    for top in fastest(cands, KNOB_TOP):
+        grid = knob_grid(top["kernel"], *run.mnk)
+        cands += [c for knobs in grid if (c := run.candidate(top["kernel"], knobs)) is not None]
+    return cands
+
+
+def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list[str]) -> dict:
+    """Baseline and candidate measurements for one problem; the fastest candidate also gets the exact-integer check."""
+    run = ProblemRun.random(layout, dtype, m, n, k)
+    row = {"layout": layout, "dtype": dtype, "m": m, "n": n, "k": k, "baseline": "cublaslt-autotune"}
+    _C.cublaslt_matmul(run.a, run.b, None, run.out, layout, "autotune")  # tunes once for this problem
+    row["baseline_err"] = run.rel_err()
+    row["baseline_us"] = time_call(lambda: _C.cublaslt_matmul(run.a, run.b, None, run.out, layout, "autotune"))
+    row["candidates"] = measure_kernels(run, kernels)
+    for best in fastest(row["candidates"], 1):
+        exact = checks.check_exact(kernel_impl(best["kernel"], layout, knobs_of(best)), (m, n, k), layout,
+                                   TORCH_DTYPES[dtype], checks.CheckContext())
         best["correct"] = exact.passed
         best["exact_check"] = exact.detail
     return row
@@ -134,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-log2-mnk", type=float, default=24.0, help="every G1000 problem up to this size")
     parser.add_argument("--llm-max-m", type=int, default=64, help="LLM problems up to this M")
-    parser.add_argument("--llm-dtypes", default="fp16", help="comma-separated dtypes of the LLM problems")
-    parser.add_argument("--budget-s", type=float, default=300.0, help="stop after this long (smallest first)")
+    parser.add_argument("--llm-dtypes", default="fp16,bf16", help="comma-separated dtypes of the LLM problems")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="stop after this long (smallest first)")
     parser.add_argument("--sample", type=int, default=100, help="a stratified G1000 sample of this many shapes")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

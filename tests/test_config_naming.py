@@ -1,11 +1,12 @@
-"""HgemmConfig: the name is the whole identity and parses back; bad fields are rejected."""
+"""HgemmConfig: the name is the whole identity and parses back; bad fields are rejected. Knobs: the ABI's order."""
 import pytest
 
-from search.config import HgemmConfig
+from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
 
 
 @pytest.mark.parametrize("cfg", [
     HgemmConfig("sm90_tma_ws", "fp16", "nt", 128, 256, 64, cluster_n=2, schedule="coop", scheduler="persistent"),
+    HgemmConfig("sm90_tma_ws", "fp16", "nn", 128, 128, 64, cluster_n=2, schedule="pingpong", scheduler="persistent"),
     HgemmConfig("sm80_cute", "bf16", "nn", 64, 64, 32, stages=3, warps=4),
     HgemmConfig("decode", "fp16", "nt", 8, 64, 256, stages=4, warps=4),
 ])
@@ -31,3 +32,8 @@ def test_bad_fields_rejected(field, value):
 def test_non_canonical_name_rejected():
     with pytest.raises(ValueError):
         HgemmConfig.from_name("sm80_cute_fp16_nt_64x64x32_s3_w4_bogus")
+
+
+def test_knobs_follow_the_abi_order_and_default_to_zero():
+    assert DEFAULT_KNOBS == Knobs() == (0, 0, 0)
+    assert Knobs(2, 4, 1)._asdict() == {"splits": 2, "swizzle": 4, "raster": 1}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from search import codegen
-from search.config import HgemmConfig
+from search.config import HgemmConfig, Knobs
 from search.families import sm90_tma_ws as fam
 
 BASE = HgemmConfig("sm90_tma_ws", "fp16", "nt", 128, 256, 64, stages=0, cluster_m=2, cluster_n=1, schedule="coop",
@@ -89,11 +90,36 @@ def test_render_refuses_infeasible() -> None:
 
 def test_names_round_trip_and_default_set() -> None:
     configs = fam.default_configs()
-    assert 8 <= len(configs) <= 12
+    assert 8 <= len(configs) <= 16  # each costs 1-2 min of nvcc on CI's 2 cores
     assert len({c.name for c in configs}) == len(configs)
     assert {(c.dtype, c.layout) for c in configs} == {(d, l) for d in ("fp16", "bf16") for l in ("nn", "nt")}
     for cfg in configs:
         assert HgemmConfig.from_name(cfg.name) == cfg
+
+
+def test_default_set_has_the_standard_hopper_configs() -> None:
+    """fp16 on both layouts: 128x256 coop 1x2, 256x128 coop 2x1 (large squares) and 128x128 pingpong 1x2 (mid)."""
+    names = {c.name for c in fam.default_configs()}
+    for layout in ("nt", "nn"):
+        assert {f"sm90_tma_ws_fp16_{layout}_128x256x64_s0_c1x2_coop_persistent",
+                f"sm90_tma_ws_fp16_{layout}_256x128x64_s0_c2x1_coop_persistent",
+                f"sm90_tma_ws_fp16_{layout}_128x128x64_s0_c1x2_pingpong_persistent"} <= names
+
+
+def test_default_set_keeps_the_committed_tables_kernels() -> None:
+    """Every sm90 kernel a committed table names is still built by default."""
+    names = {c.name for c in fam.default_configs()}
+    for path in codegen.KERNELS_DIR.glob("sm90/*.json"):
+        used = {e["kernel"] for e in json.loads(path.read_text())["entries"].values()}
+        assert {k for k in used if k.startswith(fam.FAMILY)} <= names, path
+
+
+def test_knob_grid_adds_splits_only_for_stream_k() -> None:
+    streamk = variant(tile_n=128, cluster_m=1, scheduler="streamk")
+    persistent_grid = fam.knob_grid(BASE, 4096, 4096, 4096)
+    assert len(persistent_grid) == len(fam.KNOB_SWIZZLES) * len(fam.KNOB_RASTERS)
+    assert all(k.splits == 0 and k.swizzle and k.raster for k in persistent_grid)
+    assert fam.knob_grid(streamk, 4096, 4096, 4096) == persistent_grid + [Knobs(splits=s) for s in (1, 2, 4)]
 
 
 def test_generated_sources_are_current() -> None:

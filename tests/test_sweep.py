@@ -1,7 +1,10 @@
-"""search.sweep's pure parts: the problem set and the per-family summary."""
+"""search.sweep's pure parts: the problem set, the per-family summary, knob grids and candidate records."""
 import math
 
+import torch
+
 from search import sweep
+from search.config import DEFAULT_KNOBS, Knobs
 
 
 def test_problems_put_reference_shapes_first_then_smallest():
@@ -25,3 +28,58 @@ def test_family_summary_uses_each_familys_best_correct_time():
     assert summary["a"]["problems"] == 2 and summary["a"]["wins"] == 1
     assert math.isclose(summary["a"]["geomean"], math.sqrt(2.0 * 0.5))
     assert summary["b"] == {"problems": 1, "geomean": 0.5, "min": 0.5, "max": 0.5, "wins": 0}
+
+
+SM90_COOP = "sm90_tma_ws_fp16_nt_128x256x64_s0_c2x1_coop_persistent"
+SM90_STREAMK = "sm90_tma_ws_fp16_nt_128x128x64_s0_c1x1_coop_streamk"
+SM80 = "sm80_cute_fp16_nt_64x64x64_s3_w4"
+DECODE = "decode_fp16_nt_8x128x128_s4_w8"
+
+
+def test_knob_grids_per_family():
+    swizzle_raster = {Knobs(0, s, r) for s in (1, 2, 4, 8) for r in (1, 2)}
+    assert set(sweep.knob_grid(SM90_COOP, 8192, 8192, 8192)) == swizzle_raster
+    assert set(sweep.knob_grid(SM90_STREAMK, 64, 64, 8192)) == swizzle_raster | {Knobs(s) for s in (1, 2, 4)}
+    sm80_square = sweep.knob_grid(SM80, 4096, 4096, 1024)
+    assert set(sm80_square) == {Knobs(0, g, r) for g in (4, 8) for r in (1, 2)}
+    assert set(sweep.knob_grid(SM80, 64, 256, 4096)) == set(sm80_square) | {Knobs(2), Knobs(4)}
+    assert set(sweep.knob_grid(SM80, 64, 64, 64)) == set(sm80_square)   # one K tile: no split
+    assert sweep.knob_grid(DECODE, 4, 4096, 4096) == [Knobs(s) for s in (1, 2, 4, 8, 16, 32)]
+    assert sweep.knob_grid(DECODE, 4, 4096, 512) == [Knobs(1), Knobs(2), Knobs(4)]   # 4 K tiles
+    assert sweep.knob_grid("an_external_kernel", 64, 64, 64) == []
+    for name in (SM90_COOP, SM90_STREAMK, SM80, DECODE):
+        grid = sweep.knob_grid(name, 64, 256, 4096)
+        assert DEFAULT_KNOBS not in grid and len(set(grid)) == len(grid)
+
+
+class FakeExtension:
+    """`_C.run_kernel` on CPU tensors: rejects swizzle 8 and unknown kernels, computes wrong results with 2 splits."""
+
+    def __init__(self, ref):
+        self.ref = ref
+        self.last = None
+
+    def run_kernel(self, name, a, b, bias, out, layout, splits, swizzle, raster):
+        if swizzle == 8 or name == "rejects_everything":
+            raise RuntimeError("unsupported")
+        self.last = (name, Knobs(splits, swizzle, raster))
+        out.copy_(torch.zeros_like(self.ref) if splits == 2 else self.ref)
+
+
+def test_measure_kernels_explores_the_knobs_of_the_two_fastest(monkeypatch):
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    ref = a @ b.t()
+    fake = FakeExtension(ref)
+    default_us = {SM90_COOP: 10.0, SM90_STREAMK: 11.0, SM80: 12.0}
+    monkeypatch.setattr(sweep, "_C", fake)
+    monkeypatch.setattr(sweep, "time_call", lambda call: default_us[fake.last[0]] - fake.last[1].swizzle / 10)
+    run = sweep.ProblemRun("nt", a.half(), b.half(), torch.empty(64, 64, dtype=torch.half), ref, 1e-3)
+    cands = sweep.measure_kernels(run, [SM90_COOP, SM90_STREAMK, SM80, "rejects_everything"])
+    by_kernel = {name: [sweep.knobs_of(c) for c in cands if c["kernel"] == name] for name in default_us}
+    assert by_kernel[SM80] == [DEFAULT_KNOBS]                                     # third fastest: not explored
+    assert set(by_kernel[SM90_COOP]) == {DEFAULT_KNOBS} | {Knobs(0, s, r) for s in (1, 2, 4) for r in (1, 2)}
+    assert set(by_kernel[SM90_STREAMK]) == (set(by_kernel[SM90_COOP]) | {Knobs(1), Knobs(2), Knobs(4)})
+    wrong = [c for c in cands if c["splits"] == 2]
+    assert len(wrong) == 1 and not wrong[0]["correct"] and "us" not in wrong[0]   # checked, never timed
+    best = sweep.fastest(cands, 1)[0]
+    assert (best["kernel"], sweep.knobs_of(best), best["us"]) == (SM90_COOP, Knobs(0, 4, 1), 9.6)

@@ -22,6 +22,15 @@ def test_winner_must_be_correct_and_beat_margin():
     assert entries["nt_fp16_1_64_64"]["speedup"] == round(10 / 9, 4)
 
 
+def test_entry_carries_the_winning_knobs():
+    """A knob variant that wins carries its knobs into the entry, not the kernel's defaults."""
+    r = row(1, 10.0, ("k", 9.0, True))
+    r["candidates"] = [{**r["candidates"][0], "splits": 0, "swizzle": 0, "raster": 0},
+                       {"kernel": "k", "us": 8.0, "correct": True, "splits": 2, "swizzle": 4, "raster": 1}]
+    entry = table_select.select_entries([r])["nt_fp16_1_64_64"]
+    assert [entry[f] for f in ("kernel", "splits", "swizzle", "raster", "kernel_us")] == ["k", 2, 4, 1, 8.0]
+
+
 def test_kernel_budget_keeps_the_most_valuable_kernels():
     rows = [row(1, 10.0, ("a", 5.0, True)), row(2, 10.0, ("a", 5.0, True)), row(3, 10.0, ("b", 8.0, True))]
     entries = table_select.select_entries(rows, margin=0.0, kernel_budget=1)

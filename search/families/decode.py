@@ -4,11 +4,14 @@ The template lives in `csrc/include/cudal2/decode_gemm.cuh` (host ABI) and `deco
 weight streams through a cp.async pipeline as the 16-row operand of mma.sync m16n8k16 (fp32 accumulation), the
 small M is the 8-wide side, and split-K across CTAs (runtime `splits`, 0 = automatic) keeps every SM busy.
 Config fields used: dtype, layout, tile_m (largest M handled: 8..64), tile_n (weight rows per CTA), tile_k (K per
-pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile).
+pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile). The only runtime knob is
+`splits`; `knob_grid` lists the values the sweep times.
 """
 from __future__ import annotations
 
-from search.config import HgemmConfig
+import math
+
+from search.config import HgemmConfig, Knobs
 
 FAMILY = "decode"
 SM_MIN, SM_MAX = 80, 90
@@ -22,6 +25,7 @@ MAX_REGISTERS = 255
 BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: ptxas reports 64..186 in total)
 ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 LAYOUT_NT = {"nt": "true", "nn": "false"}
+KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
 
 
 def smem_limit(arch: int) -> int:
@@ -79,6 +83,13 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     if registers(cfg) > MAX_REGISTERS:
         return False, f"estimated {registers(cfg)} registers per thread exceed {MAX_REGISTERS}"
     return True, ""
+
+
+def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
+    """Runtime knob variants the sweep times beyond the automatic split (splits=0) for an M x N x K problem: each of
+    KNOB_SPLITS up to the number of K tiles (the kernel clamps larger values to it); swizzle and raster are ignored
+    by this family."""
+    return [Knobs(splits=splits) for splits in KNOB_SPLITS if splits <= math.ceil(k / cfg.tile_k)]
 
 
 def render(cfg: HgemmConfig) -> str:

@@ -2,11 +2,13 @@
 
 The template lives in `csrc/include/cudal2/sm90_tma_ws.cuh`; each config becomes one explicit instantiation.
 Config fields used: dtype, layout, tile_m/n/k, stages (0 = auto carve-out), cluster_m/n, schedule ("coop" |
-"pingpong"), scheduler ("persistent" | "streamk").
+"pingpong"), scheduler ("persistent" | "streamk"). Runtime knobs (see the header): raster (1 = along M, 2 = along
+N), swizzle (the tile scheduler's max_swizzle_size) and, for stream-K kernels, splits (1 = data parallel, s > 1 =
+split-K in s parts); `knob_grid` lists the variants the sweep times.
 """
 from __future__ import annotations
 
-from search.config import HgemmConfig
+from search.config import HgemmConfig, Knobs
 
 FAMILY = "sm90_tma_ws"
 SM_MIN = SM_MAX = 90  # sm_90a code runs on compute capability 9.0 only
@@ -25,6 +27,9 @@ LAYOUT_CODES = {"nn": "CUDAL2_NN", "nt": "CUDAL2_NT"}
 TILE_M = {"coop": (128, 256), "pingpong": (64, 128)}  # coop splits M over 2 consumer warpgroups of 64 rows
 TILE_K = (32, 64, 128)
 CLUSTER_DIMS = (1, 2)
+KNOB_SWIZZLES = (1, 2, 4, 8)      # max_swizzle_size: output tiles walked together (L2 reuse of A/B tiles)
+KNOB_RASTERS = (1, 2)             # along M, along N
+KNOB_STREAMK_SPLITS = (1, 2, 4)   # stream-K scheduler only: data parallel, split-K in 2 or 4 parts
 
 
 def consumer_threads(schedule: str) -> int:
@@ -93,6 +98,15 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     return True, ""
 
 
+def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
+    """Runtime knob variants the sweep times beyond the defaults, the same for every M x N x K: every swizzle x
+    raster order, plus for stream-K kernels each decomposition of KNOB_STREAMK_SPLITS (default swizzle and raster)."""
+    grid = [Knobs(swizzle=swizzle, raster=raster) for swizzle in KNOB_SWIZZLES for raster in KNOB_RASTERS]
+    if cfg.scheduler == "streamk":
+        grid += [Knobs(splits=splits) for splits in KNOB_STREAMK_SPLITS]
+    return grid
+
+
 def gemm_type(cfg: HgemmConfig) -> str:
     """The C++ type of the instantiation for `cfg`."""
     return (f"cudal2::sm90::TmaWsGemm<{ELEMENTS[cfg.dtype]}, {LAYOUT_CODES[cfg.layout]}, "
@@ -122,12 +136,18 @@ def _config(dtype: str, layout: str, tile: tuple[int, int, int], cluster: tuple[
 
 
 def default_configs() -> list[HgemmConfig]:
-    """The always-built set (10 kernels): a large-tile cooperative kernel for every dtype and layout, plus a
+    """The always-built set (16 kernels): a large-tile cooperative kernel for every dtype and layout, plus a
     stream-K kernel (tail-heavy and small-MN/large-K shapes) and a pingpong kernel (small M) for each dtype on the
-    nn.Linear layout and for fp16 on the matmul layout."""
+    nn.Linear layout and for fp16 on the matmul layout. For fp16 on both layouts, the standard strong Hopper
+    configs for large square shapes (128x256 coop with a 1x2 cluster, 256x128 coop with a 2x1 cluster) and for mid
+    shapes (128x128 pingpong with a 1x2 cluster)."""
     configs = [_config(dt, lay, (128, 256, 64), (2, 1), "coop", "persistent")
                for dt in ("fp16", "bf16") for lay in ("nn", "nt")]
     for dt, lay in (("fp16", "nt"), ("bf16", "nt"), ("fp16", "nn")):
         configs.append(_config(dt, lay, (128, 128, 64), (1, 1), "coop", "streamk"))
         configs.append(_config(dt, lay, (64, 128, 64), (1, 1), "pingpong", "persistent"))
+    for lay in ("nt", "nn"):
+        configs.append(_config("fp16", lay, (128, 256, 64), (1, 2), "coop", "persistent"))
+        configs.append(_config("fp16", lay, (256, 128, 64), (2, 1), "coop", "persistent"))
+        configs.append(_config("fp16", lay, (128, 128, 64), (1, 2), "pingpong", "persistent"))
     return configs
