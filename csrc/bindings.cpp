@@ -128,6 +128,7 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::o
   out["k"] = g.k;
   const Decision d = Dispatcher::instance().decide(g);
   out["reason"] = d.reason;
+  if (d.tuned_m >= 0) out["tuned_m"] = d.tuned_m;
   if (d.path == Path::kKernel) {
     out["path"] = "kernel";
     out["kernel"] = d.entry.kernel->name;
@@ -143,11 +144,12 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::o
   out["cublaslt_candidate"] = lt.candidate_index;
   out["cublaslt_candidates"] = lt.candidate_count;
   out["cublaslt_tuned_us"] = lt.tuned_us;
-  if (!lt.available) out["reason"] = d.reason + "; cuBLASLt has no algorithm, torch runs it";
+  if (!lt.available) out["reason"] = std::string(d.reason) + "; cuBLASLt has no algorithm, torch runs it";
   return out;
 }
 
-// Nanoseconds per dispatch decision (route + table lookup + cuBLASLt plan lookup), no GPU work.
+// Nanoseconds per dispatch decision as a call makes it (route, table lookup, cuBLASLt plan lookup, workspace), no GPU
+// work.
 double time_dispatch(const at::Tensor& a, const at::Tensor& b_kn, int iters) {
   c10::cuda::CUDAGuard guard(a.device());
   const auto t0 = std::chrono::steady_clock::now();
@@ -156,7 +158,7 @@ double time_dispatch(const at::Tensor& a, const at::Tensor& b_kn, int iters) {
     TORCH_CHECK(route.ours, "time_dispatch: tensors cannot take the tuned path: ", route.torch_reason);
     assume_fresh_output(route.args);
     const Decision d = Dispatcher::instance().decide(route.args);
-    if (d.path == Path::kCublasLt) CublasLtGemm::instance().describe(route.args);
+    if (d.path == Path::kCublasLt) (void)CublasLtGemm::instance().plan(route.args);
     (void)workspace_for(route.args.device, route.args.stream);
   }
   const auto t1 = std::chrono::steady_clock::now();

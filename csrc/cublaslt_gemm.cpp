@@ -179,7 +179,7 @@ void CublasLtGemm::tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws) {
   plan.tuned_us = best_us;
 }
 
-bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws) {
+std::shared_ptr<LtPlan> CublasLtGemm::plan(const GemmArgs& g) {
   const LtPlanKey key = lt_plan_key(g);
   // Repeated calls of one problem (the common case in a model) skip the shared map and its lock.
   thread_local LtPlanKey last_key{-1};
@@ -188,13 +188,17 @@ bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws) 
     last_plan = plan_for(g, key);
     last_key = key;
   }
-  std::shared_ptr<LtPlan> plan = last_plan;
-  if (plan->candidates.empty()) return false;
-  std::lock_guard<std::mutex> lock(plan->mutex);
-  if (policy == LtPolicy::kAutotune && !plan->tuned) tune(g, *plan, ws);
-  const bool use_tuned = policy != LtPolicy::kHeuristic && plan->tuned;
-  const cublasLtMatmulAlgo_t& algo = use_tuned ? plan->tuned_algo : plan->candidates[0].algo;
-  return lt_matmul(g, *plan, algo, ws) == CUBLAS_STATUS_SUCCESS;
+  return last_plan;
+}
+
+bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws) {
+  std::shared_ptr<LtPlan> p = plan(g);
+  if (p->candidates.empty()) return false;
+  std::lock_guard<std::mutex> lock(p->mutex);
+  if (policy == LtPolicy::kAutotune && !p->tuned) tune(g, *p, ws);
+  const bool use_tuned = policy != LtPolicy::kHeuristic && p->tuned;
+  const cublasLtMatmulAlgo_t& algo = use_tuned ? p->tuned_algo : p->candidates[0].algo;
+  return lt_matmul(g, *p, algo, ws) == CUBLAS_STATUS_SUCCESS;
 }
 
 LtChoice CublasLtGemm::describe(const GemmArgs& g) {

@@ -67,6 +67,9 @@ class CublasLtGemm {
 
   LtChoice describe(const GemmArgs& g);
 
+  // The cached plan of g's problem (created on first use; the last one is remembered per thread).
+  std::shared_ptr<LtPlan> plan(const GemmArgs& g);
+
   // Tuning results of this process, and results to reuse (validated when their problem first appears).
   struct TunedRecord {
     std::string key;

@@ -151,7 +151,8 @@ Decision Dispatcher::decide(const GemmArgs& g) {
           if (kernel_fits(e, g, info.cc, info.sm_count)) {
             d.path = Path::kKernel;
             d.entry = e;
-            d.reason = "table: nearest tuned M above (" + std::to_string(*m_up) + ")";
+            d.reason = "table: nearest tuned M above";
+            d.tuned_m = *m_up;
           }
         }
       }
@@ -173,8 +174,10 @@ void Dispatcher::log_once(const GemmArgs& g, const Decision& d) {
     if (!logged_.emplace(key.str(), true).second) return;
   }
   const char* lt = d.lt_policy == LtPolicy::kAutotune ? "cublaslt (autotune)" : "cublaslt (heuristic or cached tune)";
-  std::fprintf(stderr, "[cudal2] %s -> %s (%s)\n", key.str().c_str(),
-               d.path == Path::kKernel ? d.entry.kernel->name : lt, d.reason.c_str());
+  std::fprintf(stderr, "[cudal2] %s -> %s (%s", key.str().c_str(), d.path == Path::kKernel ? d.entry.kernel->name : lt,
+               d.reason);
+  if (d.tuned_m >= 0) std::fprintf(stderr, ": M=%lld", static_cast<long long>(d.tuned_m));
+  std::fprintf(stderr, ")\n");
 }
 
 bool Dispatcher::run(const GemmArgs& g) {

@@ -26,7 +26,8 @@ struct Decision {
   Path path = Path::kCublasLt;
   TableEntry entry;
   LtPolicy lt_policy = LtPolicy::kCached;
-  std::string reason;
+  const char* reason = "";  // static text: decisions are made per call and must not allocate
+  int64_t tuned_m = -1;     // the table entry's M when the nearest-M rule chose it
 };
 
 struct DispatchConfig {

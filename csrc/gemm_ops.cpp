@@ -16,12 +16,15 @@ std::vector<int64_t> output_sizes(const at::Tensor& a, int64_t n) {
   return sizes;
 }
 
-// Dispatches a routed call into the [M, N] view of `out`. False: the caller must run torch instead.
+// Dispatches a routed call into `out` (contiguous, [..., N]). False: the caller must run torch instead.
 bool dispatch_into(Route& route, const at::Tensor& out) {
-  const at::Tensor out2d = out.view({route.args.m, route.args.n});
-  route.args.d = out2d.data_ptr();
+  route.args.d = out.data_ptr();
   route.args.ldd = route.args.n;
   return Dispatcher::instance().run(route.args);
+}
+
+bool takes_tuned_path(const at::Tensor& t) {
+  return t.is_cuda() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
 }
 
 }  // namespace
@@ -40,12 +43,13 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  const bool simple = a.dim() >= 2 && b.dim() == 2 && out.is_contiguous() && out.device() == a.device() &&
-                      out.scalar_type() == a.scalar_type() && a.size(-1) == b.size(0) &&
-                      out.sizes() == c10::IntArrayRef(output_sizes(a, b.size(1))) &&
-                      at::get_overlap_status(out, a) == at::MemOverlapStatus::No &&
-                      at::get_overlap_status(out, b) == at::MemOverlapStatus::No;
-  if (!simple) return at::matmul_out(out, a, b);  // torch's own checks, resizing and errors
+  const bool fits = a.dim() >= 2 && b.dim() == 2 && takes_tuned_path(a) && out.device() == a.device() &&
+                    out.scalar_type() == a.scalar_type() && a.size(-1) == b.size(0) &&
+                    out.sizes() == c10::IntArrayRef(output_sizes(a, b.size(1))) &&
+                    at::get_overlap_status(out, a) == at::MemOverlapStatus::No &&
+                    at::get_overlap_status(out, b) == at::MemOverlapStatus::No;
+  if (!fits) return at::matmul_out(out, a, b);  // torch's own checks, resizing and errors
+  if (output_misaligned(out)) return out.copy_(cudal2::matmul(a, b));  // the aligned path, then one copy
   check_gemm_inputs("cudal2.matmul", a, b, nullptr);
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
   std::vector<at::Tensor> copies;

@@ -6,13 +6,26 @@
 namespace cudal2 {
 namespace {
 
-// Row stride of a 2-D tensor that is row-major with unit inner stride (size-1 dims may have any stride), else -1.
-int64_t row_major_ld(const at::Tensor& t) {
-  const int64_t rows = t.size(0), cols = t.size(1);
-  if (cols > 1 && t.stride(1) != 1) return -1;
+// Row stride of a [rows, cols] matrix with the given strides if it is row-major with unit inner stride (size-1 dims
+// may have any stride), else -1.
+int64_t row_major_ld(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  if (cols > 1 && col_stride != 1) return -1;
   if (rows <= 1) return std::max<int64_t>(cols, 1);
-  return t.stride(0) >= cols ? t.stride(0) : -1;
+  return row_stride >= cols ? row_stride : -1;
 }
+
+int64_t row_major_ld(const at::Tensor& t) { return row_major_ld(t.size(0), t.size(1), t.stride(0), t.stride(1)); }
+
+// Whether a row-major operand at `ptr` with row stride `ld` over `cols` columns would be read unaligned: a pointer
+// or (padded) row stride that is not a multiple of 16 bytes. An unpadded row stride (ld == cols) is the contiguous
+// layout itself, which a copy would not change.
+bool misaligned(const void* ptr, int64_t ld, int64_t cols) {
+  constexpr int64_t kElementBytes = 2;  // fp16 / bf16
+  return pointer_alignment(ptr) < 16 || (ld != cols && (ld * kElementBytes) % 16 != 0);
+}
+
+// An aligned contiguous copy of `t` (fresh storage from the caching allocator, 16-byte aligned or better).
+at::Tensor aligned_copy(const at::Tensor& t) { return t.clone(at::MemoryFormat::Contiguous); }
 
 std::string shape_str(const at::Tensor& t) { return c10::str(t.sizes()); }
 
@@ -52,38 +65,37 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
     r.torch_reason = "empty dimension (M, N or K is 0)";
     return r;
   }
-  r.a2d = a.dim() == 2 ? a : (a.is_contiguous() ? a.view({m, k}) : at::Tensor());
-  const int64_t lda = r.a2d.defined() ? row_major_ld(r.a2d) : -1;
+  // A as [M, K]: a 2-D a as it is, a higher-rank a only when contiguous.
+  const int64_t lda = a.dim() == 2 ? row_major_ld(a) : (a.is_contiguous() ? k : -1);
   if (lda < 0) {
     r.torch_reason = "a is not row-major with unit inner stride";
-    r.strides = Route::StrideObstacle::kA;
+    r.obstacle = Route::Obstacle::kA;
     return r;
   }
-  Operand op;
-  const at::Tensor b_nk = b_kn.t();
-  if (int64_t ld = row_major_ld(b_kn); ld >= 0) {
-    op = {b_kn, CUDAL2_NN, ld};
-  } else if (int64_t ld_t = row_major_ld(b_nk); ld_t >= 0) {
-    op = {b_nk, CUDAL2_NT, ld_t};
+  // B is read as [K, N] row-major (NN) or, through its transpose, as [N, K] row-major (NT).
+  GemmArgs& g = r.args;
+  if (int64_t ld = row_major_ld(k, n, b_kn.stride(0), b_kn.stride(1)); ld >= 0) {
+    g.layout = CUDAL2_NN;
+    g.ldb = ld;
+  } else if (int64_t ld_t = row_major_ld(n, k, b_kn.stride(1), b_kn.stride(0)); ld_t >= 0) {
+    g.layout = CUDAL2_NT;
+    g.ldb = ld_t;
   } else {
     r.torch_reason = "b has no unit-stride dimension";
-    r.strides = Route::StrideObstacle::kB;
+    r.obstacle = Route::Obstacle::kB;
     return r;
   }
   if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != n || bias->stride(0) != 1)) {
     r.torch_reason = "bias is not a contiguous [N] vector";
-    if (bias->numel() == n) r.strides = Route::StrideObstacle::kBias;
+    if (bias->numel() == n) r.obstacle = Route::Obstacle::kBias;
     return r;
   }
-  GemmArgs& g = r.args;
   g.m = m;
   g.n = n;
   g.k = k;
-  g.a = r.a2d.data_ptr();
+  g.a = a.data_ptr();
   g.lda = lda;
-  g.b = op.b.data_ptr();
-  g.ldb = op.ldb;
-  g.layout = op.layout;
+  g.b = b_kn.data_ptr();
   g.dtype = a.scalar_type() == at::kBFloat16 ? CUDAL2_BF16 : CUDAL2_FP16;
   g.bias = bias != nullptr ? bias->data_ptr() : nullptr;
   g.device = a.get_device();
@@ -100,15 +112,32 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
   return r;
 }
 
+bool output_misaligned(const at::Tensor& out) {
+  return !out.is_contiguous() || pointer_alignment(out.data_ptr()) < 16;
+}
+
 Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, std::vector<at::Tensor>& keep) {
   keep = {a, b_kn, bias != nullptr ? *bias : at::Tensor()};
   for (;;) {
     Route route = route_gemm(keep[0], keep[1], bias != nullptr ? &keep[2] : nullptr, nullptr);
-    switch (route.strides) {
-      case Route::StrideObstacle::kNone: return route;
-      case Route::StrideObstacle::kA: keep[0] = keep[0].contiguous(); break;
-      case Route::StrideObstacle::kB: keep[1] = keep[1].contiguous(); break;
-      case Route::StrideObstacle::kBias: keep[2] = keep[2].reshape({-1}).contiguous(); break;
+    if (route.ours) {
+      const GemmArgs& g = route.args;
+      if (misaligned(g.a, g.lda, g.k)) {
+        route.obstacle = Route::Obstacle::kA;
+      } else if (misaligned(g.b, g.ldb, g.layout == CUDAL2_NN ? g.n : g.k)) {
+        route.obstacle = Route::Obstacle::kB;
+      } else if (g.bias != nullptr && pointer_alignment(g.bias) < 16) {
+        route.obstacle = Route::Obstacle::kBias;
+      }
+    }
+    switch (route.obstacle) {
+      case Route::Obstacle::kNone: return route;
+      case Route::Obstacle::kA: keep[0] = aligned_copy(keep[0]); break;
+      case Route::Obstacle::kB:
+        // Keep the layout the call was routed with: a copy of the [N, K] weight stays NT.
+        keep[1] = route.ours && route.args.layout == CUDAL2_NT ? aligned_copy(keep[1].t()).t() : aligned_copy(keep[1]);
+        break;
+      case Route::Obstacle::kBias: keep[2] = aligned_copy(keep[2].reshape({-1})); break;
     }
   }
 }

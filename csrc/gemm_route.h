@@ -11,21 +11,14 @@
 
 namespace cudal2 {
 
-// The second operand as the dispatcher sees it: `b` ([K, N] for NN, [N, K] for NT) with its row stride.
-struct Operand {
-  at::Tensor b;
-  cudal2_layout layout;
-  int64_t ldb;
-};
-
 // Result of routing a call: either `args` is filled (our path) or `torch_reason` says why torch runs it.
 struct Route {
   bool ours = false;
   GemmArgs args;
   std::string torch_reason;
-  // Which operand's strides keep the call off our path (a contiguous copy of it would take our path).
-  enum class StrideObstacle { kNone, kA, kB, kBias } strides = StrideObstacle::kNone;
-  at::Tensor a2d;             // A viewed as [M, K]
+  // Which operand keeps the call off our path or off cuBLASLt's aligned kernels (an aligned contiguous copy of it
+  // would take them): strides without a unit dimension, or a pointer / row stride that is not 16-byte aligned.
+  enum class Obstacle { kNone, kA, kB, kBias } obstacle = Obstacle::kNone;
 };
 
 // Validates the inputs of cudal2.matmul / cudal2.linear (same device, same dtype, matching inner dims) and throws a
@@ -36,9 +29,15 @@ void check_gemm_inputs(const char* op, const at::Tensor& a, const at::Tensor& b_
 // `out2d` (optional) is the [M, N] destination.
 Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, const at::Tensor* out2d);
 
-// route_gemm, except that an operand whose strides keep the call off our path is replaced by a contiguous copy
-// (correct, not tuned), so fp16/bf16 CUDA calls always get fp32 accumulation with a single rounding. `keep` holds the
-// operands used (copies included) alive until the GEMM is enqueued.
+// Whether `out` cannot be written in place by the aligned path (not contiguous, or not 16-byte aligned): the result
+// is then computed into a fresh tensor and copied into `out`.
+bool output_misaligned(const at::Tensor& out);
+
+// route_gemm, except that an operand whose strides keep the call off our path, or whose pointer or row stride is not
+// 16-byte aligned, is replaced by an aligned contiguous copy (correct, not tuned). So fp16/bf16 CUDA calls always run
+// a table kernel or cuBLASLt's aligned kernels: fp32 accumulation with a single rounding, as on contiguous inputs
+// (cuBLASLt's unaligned kernels were measured one rounding step less accurate, and torch's own path may reduce
+// split-K partials in 16 bits). `keep` holds the operands used (copies included) alive until the GEMM is enqueued.
 Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, std::vector<at::Tensor>& keep);
 
 }  // namespace cudal2

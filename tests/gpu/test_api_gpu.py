@@ -102,6 +102,25 @@ def test_out_argument_is_written_in_place():
     assert rel_err(out, fp32_reference(a, b, "nn")) <= 1e-3
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_misaligned_operands_compute_as_their_aligned_copies(dtype):
+    """Operands at an odd offset or with a padded row stride are staged into aligned copies: the result is bitwise
+    the result of the contiguous call, and explain() says so."""
+    m, n, k = 256, 1024, 4096
+    x_store = torch.randn(m * (k + 1) + 1, device="cuda", dtype=dtype)
+    x = x_store[1:].view(m, k + 1)[:, :k]  # offset 1 element, row stride k + 1
+    w = torch.randn(n, k, device="cuda", dtype=dtype)
+    bias_store = torch.randn(n + 1, device="cuda", dtype=dtype)
+    bias = bias_store[1:]
+    assert cudal2_ops.explain(x, w, bias, layout="nt")["copies_operands"]
+    assert torch.equal(cudal2_ops.linear(x, w, bias), cudal2_ops.linear(x.contiguous(), w, bias.clone()))
+    b = w.t().contiguous()
+    out_store = torch.empty(m * n + 3, device="cuda", dtype=dtype)
+    out = out_store[3:].view(m, n)  # misaligned output: computed aligned, then copied
+    cudal2_ops.matmul(x, b, out=out)
+    assert torch.equal(out, cudal2_ops.matmul(x.contiguous(), b))
+
+
 def test_non_default_stream_and_graph_capture():
     x = torch.randn(64, 512, device="cuda", dtype=torch.float16)
     w = torch.randn(256, 512, device="cuda", dtype=torch.float16)
