@@ -3,7 +3,8 @@
 #
 #   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
 #
-# Stages: build, tests, latency, sweep, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, e2e.
+# Stages: build, tests, latency, sweep, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
+# e2e.
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
 set -uo pipefail
@@ -32,7 +33,7 @@ run_stage() {
     tests) CUDAL2_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage gpu_tests "$PY" -m pytest -q -m gpu tests \
              --no-header -rfE ;;
     latency) stage latency "$PY" -m benchmarks.api_latency --out "$OUT_DIR/api_latency.json" ;;
-    sweep) stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-300}" ;;
+    sweep) stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-600}" ;;
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
                 --sample "${SANITIZE_SAMPLE:-12}" --out "$OUT_DIR/sanitize.json" ;;
@@ -44,6 +45,7 @@ run_stage() {
                     --dtypes fp16 --modes server --out "$OUT_DIR/g1000_server.json" ;;
     bench-llm) stage bench_llm "$PY" -m benchmarks.grid --shapes llm --layouts nt --dtypes fp16,bf16 \
                  --modes kernel --out "$OUT_DIR/llm_kernel.json" ;;
+    decode-bw) stage decode_bw "$PY" -m benchmarks.decode_bandwidth --out "$OUT_DIR/decode_bandwidth.json" ;;
     e2e) stage e2e "$PY" -m benchmarks.e2e --out "$OUT_DIR" ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
