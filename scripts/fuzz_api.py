@@ -6,6 +6,7 @@ batched A, matmul's out=.
 
     python3 scripts/fuzz_api.py --cases 10000 --seed 0 --out fuzz.json
     python3 scripts/fuzz_api.py --seed 0 --only 1234          # rerun one failure
+    python3 scripts/fuzz_api.py --seed 0 --only 1234 --explain  # ... with its path and worst element
     python3 scripts/fuzz_api.py --impl fp32 --cases 2000      # fp32 computed, rounded once: must pass (self-check)
     python3 scripts/fuzz_api.py --impl torch --cases 2000     # torch.matmul / F.linear with torch's defaults
 
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cudal2_ops.correctness.fuzz import fp32_api, make_case, make_cases, run_fuzz  # noqa: E402
+from cudal2_ops.correctness.fuzz import explain_case, fp32_api, make_case, make_cases, run_fuzz  # noqa: E402
 
 
 def environment(device: torch.device, impl: str) -> dict:
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--time-limit", type=float, help="stop after this many seconds (the report says how many ran)")
     parser.add_argument("--out", type=Path, help="results JSON")
+    parser.add_argument("--explain", action="store_true",
+                        help="print each failing case's dispatch path, bitwise equality with the baseline and worst "
+                             "element")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     cases = [make_case(args.seed, i) for i in args.only] if args.only else make_cases(args.seed, args.cases)
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     for failure in doc["failed_cases"][:20]:
         print(f"FAIL case {failure['index']} {failure['layout']} {failure['dtype']} M={failure['m']} N={failure['n']} "
               f"K={failure['k']}: {failure['error']}\n  repro: {failure['repro']}")
+        if args.explain:
+            print(f"  {json.dumps(explain_case(make_case(args.seed, failure['index']), matmul, linear, device))}")
     return 1 if doc["failures"] else 0
 
 

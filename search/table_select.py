@@ -69,6 +69,21 @@ def build_table(sweep: dict, margin: float = DEFAULT_MARGIN, kernel_budget: int 
     return {"header": header, "entries": select_entries(sweep["rows"], margin, kernel_budget)}
 
 
+def merge_sweeps(sweeps: list[dict]) -> dict:
+    """One sweep from several of the same GPU (e.g. a full sweep and a later one of a few problems with new kernels):
+    a problem's row comes from the last sweep that measured it."""
+    first = sweeps[0]["environment"]
+    for other in sweeps[1:]:
+        env = other["environment"]
+        if (env["gpu_name"], env["sm_count"]) != (first["gpu_name"], first["sm_count"]):
+            raise ValueError(f"sweeps of different GPUs: {first['gpu_name']} and {env['gpu_name']}")
+    rows = {}
+    for sweep in sweeps:
+        for row in sweep["rows"]:
+            rows[(row["layout"], row["dtype"], row["m"], row["n"], row["k"])] = row
+    return {**sweeps[-1], "run_id": "+".join(s["run_id"] for s in sweeps), "rows": list(rows.values())}
+
+
 def table_path(root: Path, env: dict) -> Path:
     """kernels/<arch_dir>/<gpu_slug>.json for the sweep's GPU."""
     return root / arch_dir(tuple(env["capability"])) / f"{gpu_slug(env['gpu_name'])}.json"
@@ -76,12 +91,13 @@ def table_path(root: Path, env: dict) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("sweep", type=Path, help="a sweep results file (python -m search.sweep)")
+    parser.add_argument("sweeps", type=Path, nargs="+",
+                        help="sweep results files (python -m search.sweep) of one GPU; later ones win per problem")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent / "kernels")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     parser.add_argument("--kernel-budget", type=int, default=DEFAULT_KERNEL_BUDGET)
     args = parser.parse_args(argv)
-    sweep = json.loads(args.sweep.read_text())
+    sweep = merge_sweeps([json.loads(path.read_text()) for path in args.sweeps])
     table = build_table(sweep, args.margin, args.kernel_budget)
     path = table_path(args.root, sweep["environment"])
     write_if_changed(path, json.dumps(table, indent=1, sort_keys=True) + "\n")

@@ -1,6 +1,8 @@
 """Table selection from sweep rows: only correct kernels that beat the baseline by the margin, under a budget."""
 import json
 
+import pytest
+
 from cudal2_ops import tables
 from search import table_select
 
@@ -49,3 +51,19 @@ def test_built_table_passes_the_loader_validators(tmp_path, monkeypatch):
     facts = tables.DeviceFacts(ENV["gpu_name"], 132, (9, 0), "13.0")
     table = tables.load_table_for(facts)
     assert table is not None and tables.table_rows(table) == [("nt", "fp16", 1, 64, 64, "k", 0, 0, 0)]
+
+
+def test_merged_sweeps_take_each_problem_from_the_last_sweep():
+    old = {"run_id": "full", "environment": ENV, "rows": [row(1, 10.0, ("a", 9.0, True)), row(2, 10.0, ("a", 9.0, True))]}
+    new = {"run_id": "ref", "environment": ENV, "rows": [row(2, 10.0, ("b", 5.0, True))]}
+    merged = table_select.merge_sweeps([old, new])
+    assert merged["run_id"] == "full+ref"
+    entries = table_select.select_entries(merged["rows"])
+    assert {key: e["kernel"] for key, e in entries.items()} == {"nt_fp16_1_64_64": "a", "nt_fp16_2_64_64": "b"}
+
+
+def test_sweeps_of_different_gpus_do_not_merge():
+    other = {**ENV, "gpu_name": "NVIDIA H200"}
+    with pytest.raises(ValueError, match="different GPUs"):
+        table_select.merge_sweeps([{"run_id": "x", "environment": ENV, "rows": []},
+                                   {"run_id": "y", "environment": other, "rows": []}])

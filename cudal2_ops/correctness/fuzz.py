@@ -170,6 +170,25 @@ def check_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch
             "max_abs_bound": max_abs_bound(base_stats)}
 
 
+def explain_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch.device | str) -> dict:
+    """Diagnosis of one case: the path cudal2 takes (`cudal2_ops.explain`), whether the result equals the baseline's
+    bitwise, and the worst element (its reference, result and baseline values)."""
+    import cudal2_ops  # noqa: PLC0415 (the package imports this module)
+
+    a, b, bias, out = case_tensors(case, device)
+    got = call_api(case, a, b, bias, out, matmul, linear).reshape(case.m, case.n)
+    a2 = a.reshape(case.m, case.k)
+    ref = reference(a2, b, case.layout, bias)
+    base = baseline_impl(case.layout, device)(a2.contiguous(), b.contiguous(), bias,
+                                              torch.empty((case.m, case.n), dtype=got.dtype, device=device))
+    worst = int((got.float() - ref).abs().argmax())
+    row, col = divmod(worst, case.n)
+    return {"index": case.index, "path": cudal2_ops.explain(a, b, bias, layout=case.layout),
+            "equals_baseline": bool(torch.equal(got, base)),
+            "worst": {"row": row, "col": col, "reference": ref[row, col].item(), "result": got[row, col].item(),
+                      "baseline": base[row, col].item()}}
+
+
 def run_fuzz(seed: int, cases: Sequence[FuzzCase], matmul: Callable, linear: Callable, device: torch.device | str,
              impl_name: str, environment: dict, time_limit_s: float | None = None) -> dict:
     """Checks the cases in order (stopping once `time_limit_s` has passed) and returns the results document."""
