@@ -69,11 +69,13 @@ def cutlass_pin() -> str | None:
 
 
 def git_commit() -> str | None:
-    """HEAD of the checkout, with "+dirty" when tracked files differ; outside a git checkout (e.g. a copied tree on
-    the GPU machine) the CUDAL2_COMMIT environment variable, else None."""
+    """CUDAL2_COMMIT when set (a copied tree on the GPU machine, whose .git may be stale or absent), else HEAD of the
+    checkout with "+dirty" when tracked files differ, else None."""
+    if os.environ.get("CUDAL2_COMMIT"):
+        return os.environ["CUDAL2_COMMIT"]
     head = _run(["git", "rev-parse", "HEAD"])
     if head is None:
-        return os.environ.get("CUDAL2_COMMIT")
+        return None
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return head + ("+dirty" if dirty else "")
 

@@ -52,5 +52,5 @@ run_stage() {
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT_DIR/gpu.csv" 2>&1
-echo "gpu: $(tail -n 1 "$OUT_DIR/gpu.csv") slug=$GPU_SLUG commit=$(git rev-parse --short HEAD 2>/dev/null)" | tee -a "$SUMMARY"
+echo "gpu: $(tail -n 1 "$OUT_DIR/gpu.csv") slug=$GPU_SLUG commit=${CUDAL2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" | tee -a "$SUMMARY"
 for s in "$@"; do run_stage "$s"; done
