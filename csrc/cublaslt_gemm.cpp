@@ -193,19 +193,25 @@ std::shared_ptr<LtPlan> CublasLtGemm::plan(const GemmArgs& g) {
 
 bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws) {
   std::shared_ptr<LtPlan> p = plan(g);
-  if (p->candidates.empty()) return false;
   std::lock_guard<std::mutex> lock(p->mutex);
   if (policy == LtPolicy::kAutotune && !p->tuned) tune(g, *p, ws);
-  const bool use_tuned = policy != LtPolicy::kHeuristic && p->tuned;
-  const cublasLtMatmulAlgo_t& algo = use_tuned ? p->tuned_algo : p->candidates[0].algo;
-  return lt_matmul(g, *p, algo, ws) == CUBLAS_STATUS_SUCCESS;
+  if (policy != LtPolicy::kHeuristic && p->tuned && lt_matmul(g, *p, p->tuned_algo, ws) == CUBLAS_STATUS_SUCCESS) {
+    return true;
+  }
+  // The heuristic's best runnable candidate. cuBLASLt can reject one at launch that its heuristic offered (it is not
+  // told every property of the call, e.g. the bias pointer's alignment); such a candidate is skipped from then on.
+  for (; p->first_runnable < static_cast<int>(p->candidates.size()); ++p->first_runnable) {
+    if (lt_matmul(g, *p, p->candidates[p->first_runnable].algo, ws) == CUBLAS_STATUS_SUCCESS) return true;
+  }
+  return false;
 }
 
 LtChoice CublasLtGemm::describe(const GemmArgs& g) {
   const LtPlanKey key = lt_plan_key(g);
   std::shared_ptr<LtPlan> plan = plan_for(g, key);
   std::lock_guard<std::mutex> lock(plan->mutex);
-  return LtChoice{!plan->candidates.empty(), plan->tuned, plan->tuned ? plan->tuned_index : 0,
+  return LtChoice{plan->first_runnable < static_cast<int>(plan->candidates.size()), plan->tuned,
+                  plan->tuned ? plan->tuned_index : plan->first_runnable,
                   static_cast<int>(plan->candidates.size()), plan->tuned_us, key.str()};
 }
 

@@ -44,6 +44,7 @@ struct LtPlan {
   cublasLtMatmulAlgo_t tuned_algo{};
   float tuned_us = 0.f;
   int tuned_index = -1;  // index into candidates (or -1 when the algorithm came from the tuning file)
+  int first_runnable = 0;  // candidates before it failed to launch for this problem
   std::mutex mutex;      // guards the bias attribute and the tuned fields
   ~LtPlan();
 };

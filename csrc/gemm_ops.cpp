@@ -23,6 +23,13 @@ bool dispatch_into(Route& route, const at::Tensor& out) {
   return Dispatcher::instance().run(route.args);
 }
 
+// Called when torch must run a routed call that neither a table kernel nor cuBLASLt could run: said once, since
+// torch's own cuBLAS path may reduce split-K partial sums in 16 bits, which cudal2's contract does not do silently.
+void warn_torch_runs(const GemmArgs& g) {
+  TORCH_WARN_ONCE("cudal2: neither a table kernel nor cuBLASLt could run a ", g.layout == CUDAL2_NT ? "linear" : "matmul",
+                  " of M=", g.m, " N=", g.n, " K=", g.k, "; torch runs it (and any further such call)");
+}
+
 bool takes_tuned_path(const at::Tensor& t) {
   return t.is_cuda() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
 }
@@ -39,7 +46,9 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   Route route = route_or_copy(a, b, nullptr, copies);
   if (!route.ours) return at::matmul(a, b);
   at::Tensor out = at::empty(output_sizes(a, route.args.n), a.options());
-  return dispatch_into(route, out) ? out : at::matmul(a, b);
+  if (dispatch_into(route, out)) return out;
+  warn_torch_runs(route.args);
+  return at::matmul(a, b);
 }
 
 at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
@@ -54,7 +63,11 @@ at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
   std::vector<at::Tensor> copies;
   Route route = route_or_copy(a, b, nullptr, copies);
-  if (!route.ours || !dispatch_into(route, out)) return at::matmul_out(out, a, b);
+  if (!route.ours) return at::matmul_out(out, a, b);
+  if (!dispatch_into(route, out)) {
+    warn_torch_runs(route.args);
+    return at::matmul_out(out, a, b);
+  }
   return out;
 }
 
@@ -73,7 +86,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
   Route route = route_or_copy(x, weight.t(), bias_ptr, copies);
   if (!route.ours) return at::linear(x, weight, bias);
   at::Tensor out = at::empty(output_sizes(x, route.args.n), x.options());
-  return dispatch_into(route, out) ? out : at::linear(x, weight, bias);
+  if (dispatch_into(route, out)) return out;
+  warn_torch_runs(route.args);
+  return at::linear(x, weight, bias);
 }
 
 }  // namespace cudal2

@@ -171,8 +171,8 @@ def check_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch
 
 
 def explain_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch.device | str) -> dict:
-    """Diagnosis of one case: the path cudal2 takes (`cudal2_ops.explain`), whether the result equals the baseline's
-    bitwise, and the worst element (its reference, result and baseline values)."""
+    """Diagnosis of one case: the path cudal2 takes (`cudal2_ops.explain`), whether the result equals bitwise the
+    baseline's or torch's with its default (reduced-precision-reduction) settings, and the worst element."""
     import cudal2_ops  # noqa: PLC0415 (the package imports this module)
 
     a, b, bias, out = case_tensors(case, device)
@@ -181,10 +181,12 @@ def explain_case(case: FuzzCase, matmul: Callable, linear: Callable, device: tor
     ref = reference(a2, b, case.layout, bias)
     base = baseline_impl(case.layout, device)(a2.contiguous(), b.contiguous(), bias,
                                               torch.empty((case.m, case.n), dtype=got.dtype, device=device))
+    torch_default = call_api(case, a, b, bias, None, torch.matmul, F.linear).reshape(case.m, case.n)
     worst = int((got.float() - ref).abs().argmax())
     row, col = divmod(worst, case.n)
     return {"index": case.index, "path": cudal2_ops.explain(a, b, bias, layout=case.layout),
             "equals_baseline": bool(torch.equal(got, base)),
+            "equals_torch_default": bool(torch.equal(got, torch_default)),
             "worst": {"row": row, "col": col, "reference": ref[row, col].item(), "result": got[row, col].item(),
                       "baseline": base[row, col].item()}}
 

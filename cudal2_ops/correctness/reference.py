@@ -139,13 +139,13 @@ def torch_impl(layout: str) -> Impl:
 
 def cublaslt_impl(layout: str) -> Impl:
     """docs/EVALUATION.md's accuracy yardstick: cuBLASLt with its top heuristic algorithm (fp32 accumulation,
-    fp32-only split-K reductions) on contiguous copies of the inputs, into out."""
+    fp32-only split-K reductions) on fresh contiguous (16-byte aligned) copies of the inputs, into out."""
     from cudal2_ops._extension import _C  # noqa: PLC0415 (needs the compiled extension)
 
     def impl(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
         result = torch.empty(out.shape, dtype=out.dtype, device=out.device)
-        _C.cublaslt_matmul(a.contiguous(), b.contiguous(), None if bias is None else bias.contiguous(), result,
-                           layout, "heuristic")
+        fresh = [None if t is None else t.clone(memory_format=torch.contiguous_format) for t in (a, b, bias)]
+        _C.cublaslt_matmul(*fresh, result, layout, "heuristic")
         return out.copy_(result)
 
     impl.__name__ = f"cublaslt_{layout}"
