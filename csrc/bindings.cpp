@@ -144,6 +144,8 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::o
   out["cublaslt_candidate"] = lt.candidate_index;
   out["cublaslt_candidates"] = lt.candidate_count;
   out["cublaslt_tuned_us"] = lt.tuned_us;
+  out["cublaslt_split_k"] = lt.split_k;
+  out["cublaslt_reduction_scheme"] = lt.reduction_scheme;
   if (!lt.available) out["reason"] = std::string(d.reason) + "; cuBLASLt has no algorithm, torch runs it";
   return out;
 }

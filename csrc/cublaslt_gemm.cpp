@@ -210,9 +210,18 @@ LtChoice CublasLtGemm::describe(const GemmArgs& g) {
   const LtPlanKey key = lt_plan_key(g);
   std::shared_ptr<LtPlan> plan = plan_for(g, key);
   std::lock_guard<std::mutex> lock(plan->mutex);
-  return LtChoice{plan->first_runnable < static_cast<int>(plan->candidates.size()), plan->tuned,
-                  plan->tuned ? plan->tuned_index : plan->first_runnable,
-                  static_cast<int>(plan->candidates.size()), plan->tuned_us, key.str()};
+  const bool available = plan->first_runnable < static_cast<int>(plan->candidates.size());
+  int32_t split_k = 0;
+  uint32_t reduction = 0;
+  if (available || plan->tuned) {
+    const cublasLtMatmulAlgo_t& algo = plan->tuned ? plan->tuned_algo : plan->candidates[plan->first_runnable].algo;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction),
+                                         nullptr);
+  }
+  return LtChoice{available, plan->tuned, plan->tuned ? plan->tuned_index : plan->first_runnable,
+                  static_cast<int>(plan->candidates.size()), plan->tuned_us, key.str(), split_k,
+                  static_cast<int>(reduction)};
 }
 
 std::vector<CublasLtGemm::TunedRecord> CublasLtGemm::tuned_records() {

@@ -57,6 +57,8 @@ struct LtChoice {
   int candidate_count;
   float tuned_us;
   std::string key;
+  int split_k;           // the chosen algorithm's split-K count (1: none)
+  int reduction_scheme;  // its cublasLtReductionScheme_t (0: none, 2: in the compute type)
 };
 
 class CublasLtGemm {

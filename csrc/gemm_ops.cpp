@@ -55,8 +55,8 @@ at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
   const bool fits = a.dim() >= 2 && b.dim() == 2 && takes_tuned_path(a) && out.device() == a.device() &&
                     out.scalar_type() == a.scalar_type() && a.size(-1) == b.size(0) &&
                     out.sizes() == c10::IntArrayRef(output_sizes(a, b.size(1))) &&
-                    at::get_overlap_status(out, a) == at::MemOverlapStatus::No &&
-                    at::get_overlap_status(out, b) == at::MemOverlapStatus::No;
+                    // An out sharing memory with an input, or with itself, is torch's to handle (or reject).
+                    !out.is_alias_of(a) && !out.is_alias_of(b) && at::has_internal_overlap(out) != at::MemOverlap::Yes;
   if (!fits) return at::matmul_out(out, a, b);  // torch's own checks, resizing and errors
   if (output_misaligned(out)) return out.copy_(cudal2::matmul(a, b));  // the aligned path, then one copy
   check_gemm_inputs("cudal2.matmul", a, b, nullptr);
