@@ -142,21 +142,15 @@ std::shared_ptr<LtPlan> CublasLtGemm::plan_for(const GemmArgs& g, const LtPlanKe
                                      plan->layout_b, plan->layout_d, plan->layout_d, pref, kMaxCandidates,
                                      results.data(), &returned);
   cublasLtMatmulPreferenceDestroy(pref);
-  // Split-K algorithms with the bias epilogue on the NN layout (a linear whose weight is stored [K, N]) were measured
-  // on an H200 (cuBLASLt 13.1) to round one step worse than a single rounding of acc + bias (fuzz cases 2396, 5846,
-  // 9974 of seed 0): they are left out, like the split-K algorithms that reduce in 16 bits.
   if (status == CUBLAS_STATUS_SUCCESS) {
     for (int i = 0; i < returned; ++i) {
-      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-      if (g.bias != nullptr && g.layout == CUDAL2_NN && split_k_of(results[i].algo) > 1) continue;
-      plan->candidates.push_back(results[i]);
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i]);
     }
   }
 
   std::lock_guard<std::mutex> lock(mutex_);
   auto known = known_algos_.find(key.str());
-  if (known != known_algos_.end() && !plan->candidates.empty() &&
-      !(g.bias != nullptr && g.layout == CUDAL2_NN && split_k_of(known->second) > 1)) {
+  if (known != known_algos_.end() && !plan->candidates.empty()) {
     cublasLtMatmulHeuristicResult_t check{};
     if (cublasLtMatmulAlgoCheck(at::cuda::getCurrentCUDABlasLtHandle(), plan->desc, plan->layout_a, plan->layout_b,
                                 plan->layout_d, plan->layout_d, &known->second, &check) == CUBLAS_STATUS_SUCCESS &&

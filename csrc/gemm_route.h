@@ -26,15 +26,17 @@ struct Route {
 void check_gemm_inputs(const char* op, const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias);
 
 // Routes a @ b_kn (+ bias), where b_kn is the logical [K, N] right operand (for linear: weight.t()).
-// `out2d` (optional) is the [M, N] destination.
-Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, const at::Tensor* out2d);
+// `out2d` (optional) is the [M, N] destination. `prefer_nt`: a b_kn readable both ways (K or N is 1) is read as NT.
+Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, const at::Tensor* out2d,
+                 bool prefer_nt = false);
 
 // Whether `out` cannot be written in place by the aligned path (not contiguous, or not 16-byte aligned): the result
 // is then computed into a fresh tensor and copied into `out`.
 bool output_misaligned(const at::Tensor& out);
 
 // route_gemm, except that an operand whose strides keep the call off our path, or whose pointer or row stride is not
-// 16-byte aligned, is replaced by an aligned contiguous copy (correct, not tuned). So fp16/bf16 CUDA calls always run
+// 16-byte aligned, is replaced by an aligned contiguous copy (correct, not tuned), and a weight stored [K, N] that
+// comes with a bias by an [N, K] copy (NT). So fp16/bf16 CUDA calls always run
 // a table kernel or cuBLASLt's aligned kernels: fp32 accumulation with a single rounding, as on contiguous inputs
 // (cuBLASLt's unaligned kernels were measured one rounding step less accurate, and torch's own path may reduce
 // split-K partials in 16 bits). `keep` holds the operands used (copies included) alive until the GEMM is enqueued.
