@@ -44,13 +44,14 @@ bool from_hex(const std::string& hex, void* data, size_t bytes) {
   return true;
 }
 
-}  // namespace
-
+// The split-K count of a cuBLASLt algorithm (1: none).
 int split_k_of(const cublasLtMatmulAlgo_t& algo) {
   int32_t split_k = 1;
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), nullptr);
   return split_k;
 }
+
+}  // namespace
 
 bool LtPlanKey::operator==(const LtPlanKey& o) const {
   return device == o.device && dtype == o.dtype && layout == o.layout && m == o.m && n == o.n && k == o.k &&

@@ -91,9 +91,6 @@ class CublasLtGemm {
   std::unordered_map<std::string, cublasLtMatmulAlgo_t> known_algos_;
 };
 
-// The split-K count of a cuBLASLt algorithm (1: none).
-int split_k_of(const cublasLtMatmulAlgo_t& algo);
-
 // Enqueues one cublasLtMatmul of `plan` with `algo` (the plan's mutex must be held). Returns the cuBLAS status.
 cublasStatus_t lt_matmul(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const Workspace& ws);
 

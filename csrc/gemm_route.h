@@ -36,10 +36,9 @@ bool output_misaligned(const at::Tensor& out);
 
 // route_gemm, except that an operand whose strides keep the call off our path, or whose pointer or row stride is not
 // 16-byte aligned, is replaced by an aligned contiguous copy (correct, not tuned), and a weight stored [K, N] that
-// comes with a bias by an [N, K] copy (NT). So fp16/bf16 CUDA calls always run
-// a table kernel or cuBLASLt's aligned kernels: fp32 accumulation with a single rounding, as on contiguous inputs
-// (cuBLASLt's unaligned kernels were measured one rounding step less accurate, and torch's own path may reduce
-// split-K partials in 16 bits). `keep` holds the operands used (copies included) alive until the GEMM is enqueued.
+// comes with a bias by an [N, K] copy (NT). So an fp16/bf16 CUDA call computes exactly as on contiguous inputs: a
+// table kernel (TMA needs 16-byte alignment) or cuBLASLt, never torch's own path, which may reduce split-K partials
+// in 16 bits. `keep` holds the operands used (copies included) alive until the GEMM is enqueued.
 Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, std::vector<at::Tensor>& keep);
 
 }  // namespace cudal2

@@ -141,6 +141,15 @@ def call_api(case: FuzzCase, a, b, bias, out, matmul: Callable, linear: Callable
     return linear(a, b, bias)
 
 
+def reference_and_baseline(case: FuzzCase, a, b, bias, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp32 reference [M, N] of a case's tensors and the baseline's result on contiguous copies of them."""
+    a2 = a.reshape(case.m, case.k)
+    ref = reference(a2, b, case.layout, bias)
+    base = baseline_impl(case.layout, device)(a2.contiguous(), b.contiguous(), bias,
+                                              torch.empty((case.m, case.n), dtype=a.dtype, device=device))
+    return ref, base
+
+
 def check_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch.device | str) -> dict | None:
     """Runs one case; None when right, else the failure record (case, error, repro fields)."""
     a, b, bias, out = case_tensors(case, device)
@@ -156,10 +165,8 @@ def check_case(case: FuzzCase, matmul: Callable, linear: Callable, device: torch
                                            f"{dtype}"}
     if out is not None and got.data_ptr() != out.data_ptr():
         problems.append("out= given but the result is not out")
-    a2, got2 = a.reshape(case.m, case.k), got.reshape(case.m, case.n)
-    ref = reference(a2, b, case.layout, bias)
-    base = baseline_impl(case.layout, device)(a2.contiguous(), b.contiguous(), bias,
-                                              torch.empty((case.m, case.n), dtype=dtype, device=device))
+    got2 = got.reshape(case.m, case.n)
+    ref, base = reference_and_baseline(case, a, b, bias, device)
     stats, base_stats = error_stats(got2, ref), error_stats(base, ref)
     ok, detail = within_tolerance(stats, base_stats, dtype)
     if not ok:
@@ -177,10 +184,7 @@ def explain_case(case: FuzzCase, matmul: Callable, linear: Callable, device: tor
 
     a, b, bias, out = case_tensors(case, device)
     got = call_api(case, a, b, bias, out, matmul, linear).reshape(case.m, case.n)
-    a2 = a.reshape(case.m, case.k)
-    ref = reference(a2, b, case.layout, bias)
-    base = baseline_impl(case.layout, device)(a2.contiguous(), b.contiguous(), bias,
-                                              torch.empty((case.m, case.n), dtype=got.dtype, device=device))
+    ref, base = reference_and_baseline(case, a, b, bias, device)
     torch_default = call_api(case, a, b, bias, None, torch.matmul, F.linear).reshape(case.m, case.n)
     worst = int((got.float() - ref).abs().argmax())
     row, col = divmod(worst, case.n)
