@@ -136,12 +136,13 @@ def _config(dtype: str, layout: str, tile: tuple[int, int, int], cluster: tuple[
 
 
 def default_configs() -> list[HgemmConfig]:
-    """The always-built set (18 kernels): a large-tile cooperative kernel for every dtype and layout, plus a
+    """The always-built set (20 kernels): a large-tile cooperative kernel for every dtype and layout, plus a
     stream-K kernel (tail-heavy and small-MN/large-K shapes) and a pingpong kernel (small M) for each dtype on the
     nn.Linear layout and for fp16 on the matmul layout. For fp16 on both layouts, the standard strong Hopper
-    configs for large square shapes (128x256 coop with a 1x2 cluster, 256x128 coop with a 2x1 cluster, and 128x256
-    stream-K, which evens out the last wave of tiles, e.g. 512 tiles on 132 SMs at 4096^3) and for mid shapes
-    (128x128 pingpong with a 1x2 cluster)."""
+    configs for large square shapes (128x256 coop with a 1x2 cluster, 256x128 coop with a 2x1 cluster, 128x256
+    stream-K, which evens out the last wave of tiles, e.g. 512 tiles on 132 SMs at 4096^3, and 64x256 pingpong with
+    a 2x1 cluster, whose epilogue overlaps the other warpgroup's mainloop) and for mid shapes (128x128 pingpong with
+    a 1x2 cluster)."""
     configs = [_config(dt, lay, (128, 256, 64), (2, 1), "coop", "persistent")
                for dt in ("fp16", "bf16") for lay in ("nn", "nt")]
     for dt, lay in (("fp16", "nt"), ("bf16", "nt"), ("fp16", "nn")):
@@ -152,4 +153,5 @@ def default_configs() -> list[HgemmConfig]:
         configs.append(_config("fp16", lay, (256, 128, 64), (2, 1), "coop", "persistent"))
         configs.append(_config("fp16", lay, (128, 128, 64), (1, 2), "pingpong", "persistent"))
         configs.append(_config("fp16", lay, (128, 256, 64), (2, 1), "coop", "streamk"))
+        configs.append(_config("fp16", lay, (64, 256, 64), (2, 1), "pingpong", "persistent"))
     return configs

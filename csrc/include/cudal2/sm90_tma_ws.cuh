@@ -3,8 +3,14 @@
 //
 // D[M, N] = A[M, K] @ op(B) (+ bias[N]) with fp32 accumulation, D in the input dtype. A and D are row-major. For the
 // NN layout B is [K, N] row-major (CUTLASS RowMajor B); for NT B is [N, K] row-major (CUTLASS ColumnMajor B).
-// The optional per-column bias is fused through the sm90 EVT `LinCombPerColBias`, whose bias leaf falls back to 0
-// when the bias pointer is null, so one instantiation serves calls with and without bias. There is no C operand.
+// Each kernel holds two CUTLASS GEMMs that differ only in the epilogue: calls with a bias run the sm90 EVT
+// `LinCombPerColBias` (acc + bias[n] in fp32, one rounding), calls without one run `ScaledAcc` (no bias leaf to
+// load or broadcast). There is no C operand.
+//
+// Launches use programmatic dependent launch (PDL): the kernel is compiled with CUTLASS's grid-dependency control,
+// whose producer warps wait for the preceding grid on the stream to complete (griddepcontrol.wait) before any load,
+// and every store follows those loads, so the early launch only overlaps this kernel's prologue with the previous
+// kernel's tail. CUDAL2_DISABLE_PDL=1 in the environment launches without it.
 //
 // Runtime knobs of cudal2_problem for this family:
 //   raster  0 = CUTLASS heuristic, 1 = along M, 2 = along N (order in which output tiles are walked)
@@ -19,7 +25,14 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <type_traits>
+
+// Grid-dependency control (griddepcontrol.wait / launch_dependents) in CUTLASS's sm90 kernels; no-ops unless the
+// kernel is launched with the programmatic-stream-serialization attribute.
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -80,17 +93,31 @@ inline cutlass::gemm::kernel::detail::RasterOrderOptions raster_of(int raster) {
   return raster == 1 ? R::AlongM : raster == 2 ? R::AlongN : R::Heuristic;
 }
 
-// One kernel of the family. `Stages` == 0 lets CUTLASS fill the shared memory left after the epilogue.
+// Whether launches use programmatic dependent launch (read once: CUDAL2_DISABLE_PDL=1 turns it off).
+inline bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("CUDAL2_DISABLE_PDL");
+    return v == nullptr || v[0] == '\0' || v[0] == '0';
+  }();
+  return enabled;
+}
+
+// Epilogue fusion of one CUTLASS GEMM: D = acc + bias[n] (fp32, rounded once), or D = acc.
+template <class Element, bool kBias>
+using EpilogueFusion = std::conditional_t<
+    kBias, cutlass::epilogue::fusion::LinCombPerColBias<Element, float, Element, Element, float>,
+    cutlass::epilogue::fusion::ScaledAcc<Element, float, float>>;
+
+// One CUTLASS GEMM of the family (with or without the bias epilogue). `Stages` == 0 lets CUTLASS fill the shared
+// memory left after the epilogue.
 template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
-          TileScheduler Tiles, int Stages>
-struct TmaWsGemm {
+          TileScheduler Tiles, int Stages, bool kBias>
+struct TmaWsGemmImpl {
   static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
                 "sm90_tma_ws supports fp16 and bf16");
   static_assert(Layout == CUDAL2_NN || Layout == CUDAL2_NT, "unknown layout");
   static_assert(Tiles == TileScheduler::kPersistent || Sched == Schedule::kCooperative,
                 "CUTLASS's stream-K scheduler needs the cooperative schedule");
-
-  static constexpr int kDtype = std::is_same_v<Element, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
 
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = std::conditional_t<Layout == CUDAL2_NN, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
@@ -99,8 +126,7 @@ struct TmaWsGemm {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using Tags = ScheduleTags<Sched>;
-  // D = 1 * acc + bias[n] (bias null -> 0), computed in fp32 and rounded to nearest once.
-  using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<Element, Accumulator, Element, Element, Accumulator>;
+  using Fusion = EpilogueFusion<Element, kBias>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -142,8 +168,10 @@ struct TmaWsGemm {
     args.problem_shape = {static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k), 1};
     args.mainloop = {static_cast<const Element*>(p->a), stride_a, static_cast<const Element*>(p->b), stride_b};
     args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.thread.bias_ptr = static_cast<const Element*>(p->bias);
+    if constexpr (kBias) {
+      args.epilogue.thread.beta = 0.0f;
+      args.epilogue.thread.bias_ptr = static_cast<const Element*>(p->bias);
+    }
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = stride_d;
     args.epilogue.ptr_D = static_cast<Element*>(p->d);
@@ -163,6 +191,34 @@ struct TmaWsGemm {
     return args;
   }
 
+  // CUTLASS's own can_implement for the problem.
+  static bool cutlass_can_implement(const cudal2_problem* p) {
+    return Gemm::can_implement(arguments(p)) == cutlass::Status::kSuccess;
+  }
+
+  // Workspace CUTLASS's kernel needs (stream-K partials and locks; 0 for most persistent runs).
+  static size_t workspace_size(const cudal2_problem* p) { return Gemm::get_workspace_size(arguments(p)); }
+
+  // Builds the params (TMA descriptors) on the host and enqueues the kernel on p->stream.
+  static cudal2_status launch(const cudal2_problem* p) {
+    const Arguments args = arguments(p);
+    if (p->workspace_bytes < Gemm::get_workspace_size(args)) return CUDAL2_WORKSPACE_TOO_SMALL;
+    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
+    Gemm gemm;
+    if (gemm.initialize(args, p->workspace, stream) != cutlass::Status::kSuccess) return CUDAL2_LAUNCH_FAILED;
+    // run() checks the launch with cudaGetLastError itself.
+    return gemm.run(stream, nullptr, pdl_enabled()) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
+  }
+};
+
+// One kernel of the family as the C ABI sees it: the bias and bias-free GEMMs of one configuration, picked per call.
+template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
+          TileScheduler Tiles, int Stages>
+struct TmaWsGemm {
+  static constexpr int kDtype = std::is_same_v<Element, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
+  using WithBias = TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, true>;
+  using NoBias = TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, false>;
+
   // ABI can_implement: common checks, TMA alignment, int32 extents, then CUTLASS's own can_implement.
   static cudal2_status can_implement(const cudal2_problem* p) {
     const cudal2_status common = check_common(p, kDtype, Layout);
@@ -174,27 +230,21 @@ struct TmaWsGemm {
     if (p->bias != nullptr && !is_aligned(p->bias, kAlignBytes)) return CUDAL2_UNSUPPORTED;
     if (p->lda % kAlignElements || p->ldb % kAlignElements || p->ldd % kAlignElements) return CUDAL2_UNSUPPORTED;
     if (sm_count_of(p) <= 0) return CUDAL2_UNSUPPORTED;
-    const Arguments args = arguments(p);
-    return Gemm::can_implement(args) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
+    const bool ok = p->bias != nullptr ? WithBias::cutlass_can_implement(p) : NoBias::cutlass_can_implement(p);
+    return ok ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
   }
 
-  // ABI workspace_size: what CUTLASS's kernel needs (stream-K partials and locks; 0 for most persistent runs).
+  // ABI workspace_size.
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
-    return Gemm::get_workspace_size(arguments(p));
+    return p->bias != nullptr ? WithBias::workspace_size(p) : NoBias::workspace_size(p);
   }
 
-  // ABI launch: builds the params (TMA descriptors) on the host and enqueues the kernel on p->stream.
+  // ABI launch.
   static cudal2_status launch(const cudal2_problem* p) {
     const cudal2_status ok = can_implement(p);
     if (ok != CUDAL2_OK) return ok;
-    const Arguments args = arguments(p);
-    if (p->workspace_bytes < Gemm::get_workspace_size(args)) return CUDAL2_WORKSPACE_TOO_SMALL;
-    cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
-    Gemm gemm;
-    if (gemm.initialize(args, p->workspace, stream) != cutlass::Status::kSuccess) return CUDAL2_LAUNCH_FAILED;
-    // run() checks the launch with cudaGetLastError itself.
-    return gemm.run(stream) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
+    return p->bias != nullptr ? WithBias::launch(p) : NoBias::launch(p);
   }
 };
 
