@@ -117,8 +117,10 @@ def gemm_type(cfg: HgemmConfig) -> str:
 
 def render(cfg: HgemmConfig) -> str:
     """The `.cu` source of one kernel: the explicit instantiation and its C ABI export."""
+    no_gdc = "#define CUDAL2_SM90_GDC 0  // CUTLASS 4.2's stream-K scheduler does not build with it\n"
     return (
-        '#include "cudal2/sm90_tma_ws.cuh"\n'
+        (no_gdc if cfg.scheduler == "streamk" else "")
+        + '#include "cudal2/sm90_tma_ws.cuh"\n'
         "\n"
         f"template struct {gemm_type(cfg)};\n"
         f"using Gemm = {gemm_type(cfg)};\n"

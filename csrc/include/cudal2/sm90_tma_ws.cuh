@@ -29,8 +29,13 @@
 #include <type_traits>
 
 // Grid-dependency control (griddepcontrol.wait / launch_dependents) in CUTLASS's sm90 kernels; no-ops unless the
-// kernel is launched with the programmatic-stream-serialization attribute.
-#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+// kernel is launched with the programmatic-stream-serialization attribute. A translation unit defines
+// CUDAL2_SM90_GDC 0 before including this header to build without it (CUTLASS 4.2's stream-K scheduler does not
+// compile with it: its const is_last_tile binds a member to a non-const reference); such kernels launch without PDL.
+#ifndef CUDAL2_SM90_GDC
+#define CUDAL2_SM90_GDC 1
+#endif
+#if CUDAL2_SM90_GDC && !defined(CUTLASS_ENABLE_GDC_FOR_SM90)
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #endif
 
@@ -93,13 +98,15 @@ inline cutlass::gemm::kernel::detail::RasterOrderOptions raster_of(int raster) {
   return raster == 1 ? R::AlongM : raster == 2 ? R::AlongN : R::Heuristic;
 }
 
-// Whether launches use programmatic dependent launch (read once: CUDAL2_DISABLE_PDL=1 turns it off).
-inline bool pdl_enabled() {
-  static const bool enabled = [] {
+// False when CUDAL2_DISABLE_PDL=1 (read once). Only kernels built with grid-dependency control, whose loads wait for
+// the preceding grid, may launch with PDL: launch() also checks CUDAL2_SM90_GDC (each configuration is instantiated
+// in one translation unit, so the macro is consistent for it; this function must not depend on the macro).
+inline bool pdl_allowed() {
+  static const bool allowed = [] {
     const char* v = std::getenv("CUDAL2_DISABLE_PDL");
     return v == nullptr || v[0] == '\0' || v[0] == '0';
   }();
-  return enabled;
+  return allowed;
 }
 
 // Epilogue fusion of one CUTLASS GEMM: D = acc + bias[n] (fp32, rounded once), or D = acc.
@@ -118,6 +125,8 @@ struct TmaWsGemmImpl {
   static_assert(Layout == CUDAL2_NN || Layout == CUDAL2_NT, "unknown layout");
   static_assert(Tiles == TileScheduler::kPersistent || Sched == Schedule::kCooperative,
                 "CUTLASS's stream-K scheduler needs the cooperative schedule");
+  static_assert(Tiles == TileScheduler::kPersistent || !CUDAL2_SM90_GDC,
+                "stream-K kernels are built with CUDAL2_SM90_GDC 0 (see the top of this header)");
 
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = std::conditional_t<Layout == CUDAL2_NN, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
@@ -207,7 +216,8 @@ struct TmaWsGemmImpl {
     Gemm gemm;
     if (gemm.initialize(args, p->workspace, stream) != cutlass::Status::kSuccess) return CUDAL2_LAUNCH_FAILED;
     // run() checks the launch with cudaGetLastError itself.
-    return gemm.run(stream, nullptr, pdl_enabled()) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
+    const bool pdl = CUDAL2_SM90_GDC && pdl_allowed();
+    return gemm.run(stream, nullptr, pdl) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
   }
 };
 
