@@ -93,11 +93,11 @@ def fastest(cands: list[dict], count: int) -> list[dict]:
     return sorted((c for c in cands if c["correct"] and c.get("us")), key=lambda c: c["us"])[:count]
 
 
-def time_call(call) -> float:
-    """Median per-call GPU time (us) of `call` in kernel mode."""
+def time_call(call, target_ms: float = 1.0) -> float:
+    """Median per-call GPU time (us) of `call` in kernel mode, with replays of about `target_ms`."""
     call()
     est = timing.estimate_ms(lambda i: call(), 1)
-    return timing.kernel_mode(lambda i: call(), 1, est)["median_us"]
+    return timing.kernel_mode(lambda i: call(), 1, est, target_ms=target_ms)["median_us"]
 
 
 @dataclasses.dataclass
@@ -129,9 +129,9 @@ class ProblemRun:
         """Relative Frobenius error of `out` against the reference."""
         return ((self.out.float() - self.ref).norm() / self.ref.norm().clamp_min(1e-30)).item()
 
-    def candidate(self, name: str, knobs: Knobs) -> dict | None:
-        """Kernel `name` under `knobs`: its relative error, whether that is within tolerance and, only then, its time;
-        None when the kernel rejects the problem or the knobs."""
+    def candidate(self, name: str, knobs: Knobs, target_ms: float = 1.0) -> dict | None:
+        """Kernel `name` under `knobs`: its relative error, whether that is within tolerance and, only then, its time
+        (replays of about `target_ms`); None when the kernel rejects the problem or the knobs."""
         impl = kernel_impl(name, self.layout, knobs)
 
         def call():
@@ -144,7 +144,7 @@ class ProblemRun:
         err = self.rel_err()
         cand = {"kernel": name, **knobs._asdict(), "err": err, "correct": err <= self.tol}
         if cand["correct"]:
-            cand["us"] = time_call(call)
+            cand["us"] = time_call(call, target_ms)
         return cand
 
 
