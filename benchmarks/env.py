@@ -50,6 +50,11 @@ def cublas_version() -> str | None:
     return None
 
 
+def pdl_disabled() -> bool:
+    """Whether CUDAL2_DISABLE_PDL turns programmatic dependent launch of the sm90 kernels off in this process."""
+    return os.environ.get("CUDAL2_DISABLE_PDL", "0") not in ("", "0")
+
+
 def _dist_version(*names: str) -> str | None:
     for name in names:
         try:
@@ -126,7 +131,7 @@ def header(argv: list[str]) -> dict:
         "nvidia_smi": nvidia_smi(idx), "cuda": torch.version.cuda, "torch": torch.__version__,
         "torch_compiled_cuda": torch._C._cuda_getCompiledVersion(), "cublas": cublas_version(),
         "cutlass": cutlass_pin(), "cutlass_installed": _dist_version("nvidia-cutlass"), "package": package,
-        "commit": git_commit(),
+        "commit": git_commit(), "pdl_disabled": pdl_disabled(),
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.grid", *argv]),

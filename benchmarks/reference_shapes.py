@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {n: _C.kernel_info(n) for n in names}
     head = env.header(argv) | {"command": "python -m benchmarks.reference_shapes " + " ".join(argv)}
     doc = {"environment": head, "protocol": __doc__.split("\n\n")[1].replace("\n", " "), "rounds": args.rounds,
-           "target": TARGET, "pdl_disabled": os.environ.get("CUDAL2_DISABLE_PDL", "0") not in ("", "0"), "rows": []}
+           "target": TARGET, "pdl_disabled": env.pdl_disabled(), "rows": []}
     t0 = time.monotonic()
     for dtype in args.dtypes.split(","):
         for layout in args.layouts.split(","):

@@ -196,7 +196,7 @@ def environment() -> dict:
     return {"gpu_name": props.name, "sm_count": props.multi_processor_count, "capability": [props.major, props.minor],
             "cuda": torch.version.cuda, "driver": bench_env.nvidia_smi(0).get("driver_version"),
             "cutlass": CUTLASS_PIN, "package_version": cudal2_ops.__version__, "torch": torch.__version__,
-            "commit": bench_env.git_commit()}
+            "commit": bench_env.git_commit(), "pdl_disabled": bench_env.pdl_disabled()}
 
 
 def main(argv: list[str] | None = None) -> int:
