@@ -19,7 +19,7 @@ def cfg(**overrides) -> HgemmConfig:
 
 def test_defaults_cover_every_m_on_sm80_and_sm90():
     configs = decode.default_configs()
-    assert 1 <= len(configs) <= 12
+    assert 1 <= len(configs) <= 16
     assert len({c.name for c in configs}) == len(configs)
     for arch in (80, 90):
         usable = [c for c in configs if decode.feasible(c, arch)[0]]

@@ -90,7 +90,7 @@ def test_render_refuses_infeasible() -> None:
 
 def test_names_round_trip_and_default_set() -> None:
     configs = fam.default_configs()
-    assert 8 <= len(configs) <= 18  # each costs 1-2 min of nvcc on CI's 2 cores
+    assert 8 <= len(configs) <= 20  # each (two CUTLASS GEMMs) costs about 80 s of nvcc on one of CI's 2 cores
     assert len({c.name for c in configs}) == len(configs)
     assert {(c.dtype, c.layout) for c in configs} == {(d, l) for d in ("fp16", "bf16") for l in ("nn", "nt")}
     for cfg in configs:

@@ -72,7 +72,8 @@ def test_measure_kernels_explores_the_knobs_of_the_two_fastest(monkeypatch):
     fake = FakeExtension(ref)
     default_us = {SM90_COOP: 10.0, SM90_STREAMK: 11.0, SM80: 12.0}
     monkeypatch.setattr(sweep, "_C", fake)
-    monkeypatch.setattr(sweep, "time_call", lambda call: default_us[fake.last[0]] - fake.last[1].swizzle / 10)
+    monkeypatch.setattr(sweep, "time_call",
+                        lambda call, target_ms=1.0: default_us[fake.last[0]] - fake.last[1].swizzle / 10)
     run = sweep.ProblemRun("nt", a.half(), b.half(), torch.empty(64, 64, dtype=torch.half), ref, 1e-3)
     cands = sweep.measure_kernels(run, [SM90_COOP, SM90_STREAMK, SM80, "rejects_everything"])
     by_kernel = {name: [sweep.knobs_of(c) for c in cands if c["kernel"] == name] for name in default_us}
