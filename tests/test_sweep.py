@@ -33,6 +33,7 @@ def test_family_summary_uses_each_familys_best_correct_time():
 SM90_COOP = "sm90_tma_ws_fp16_nt_128x256x64_s0_c2x1_coop_persistent"
 SM90_STREAMK = "sm90_tma_ws_fp16_nt_128x128x64_s0_c1x1_coop_streamk"
 SM80 = "sm80_cute_fp16_nt_64x64x64_s3_w4"
+SM80_SLOWER = "sm80_cute_fp16_nt_128x128x32_s4_w4"
 DECODE = "decode_fp16_nt_8x128x128_s4_w8"
 
 
@@ -70,14 +71,16 @@ def test_measure_kernels_explores_the_knobs_of_the_two_fastest(monkeypatch):
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     ref = a @ b.t()
     fake = FakeExtension(ref)
-    default_us = {SM90_COOP: 10.0, SM90_STREAMK: 11.0, SM80: 12.0}
+    default_us = {SM90_COOP: 10.0, SM90_STREAMK: 11.0, SM80: 12.0, SM80_SLOWER: 13.0}
     monkeypatch.setattr(sweep, "_C", fake)
     monkeypatch.setattr(sweep, "time_call",
                         lambda call, target_ms=1.0: default_us[fake.last[0]] - fake.last[1].swizzle / 10)
     run = sweep.ProblemRun("nt", a.half(), b.half(), torch.empty(64, 64, dtype=torch.half), ref, 1e-3)
-    cands = sweep.measure_kernels(run, [SM90_COOP, SM90_STREAMK, SM80, "rejects_everything"])
+    cands = sweep.measure_kernels(run, [SM90_COOP, SM90_STREAMK, SM80, SM80_SLOWER, "rejects_everything"])
     by_kernel = {name: [sweep.knobs_of(c) for c in cands if c["kernel"] == name] for name in default_us}
-    assert by_kernel[SM80] == [DEFAULT_KNOBS]                                     # third fastest: not explored
+    assert by_kernel[SM80_SLOWER] == [DEFAULT_KNOBS]                  # behind the top 2 and its family's best
+    sm80_grid = {k for k in sweep.knob_grid(SM80, 64, 64, 64) if k.swizzle != 8}   # the fake rejects swizzle 8
+    assert sm80_grid and set(by_kernel[SM80]) == {DEFAULT_KNOBS} | sm80_grid      # its family's fastest: explored
     assert set(by_kernel[SM90_COOP]) == {DEFAULT_KNOBS} | {Knobs(0, s, r) for s in (1, 2, 4) for r in (1, 2)}
     assert set(by_kernel[SM90_STREAMK]) == (set(by_kernel[SM90_COOP]) | {Knobs(1), Knobs(2), Knobs(4)})
     wrong = [c for c in cands if c["splits"] == 2]
