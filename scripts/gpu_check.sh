@@ -5,7 +5,8 @@
 #
 # Stages: build, tests, latency, sweep, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
-# table from OUT_DIR/sweep.json, then a rebuild that compiles any kernel it names).
+# table from OUT_DIR/sweep.json, then a rebuild that compiles any kernel it names). The sweep runs with PDL off
+# (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps.
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
 set -uo pipefail
@@ -34,7 +35,8 @@ run_stage() {
     tests) CUDAL2_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage gpu_tests "$PY" -m pytest -q -m gpu tests \
              --no-header -rfE ;;
     latency) stage latency "$PY" -m benchmarks.api_latency --out "$OUT_DIR/api_latency.json" ;;
-    sweep) stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-600}" ;;
+    sweep) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} \
+             stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-600}" ;;
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
                 --sample "${SANITIZE_SAMPLE:-12}" --out "$OUT_DIR/sanitize.json" ;;
