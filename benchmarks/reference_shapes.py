@@ -26,8 +26,8 @@ import torch
 
 from benchmarks import env
 from cudal2_ops._extension import _C
-from search.config import DEFAULT_KNOBS, Knobs
-from search.sweep import ProblemRun, kernel_impl, knob_grid, time_call
+from search.config import DEFAULT_KNOBS
+from search.sweep import ProblemRun, fastest, kernel_impl, knob_grid, knobs_of, time_call
 
 FAMILY = "sm90_tma_ws"
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
@@ -53,6 +53,15 @@ def baseline_call(run: ProblemRun, policy: str):
     return call
 
 
+def kernel_call(run: ProblemRun, cand: dict):
+    """A candidate's kernel with its knobs on the problem's inputs."""
+    impl = kernel_impl(cand["kernel"], run.layout, knobs_of(cand))
+
+    def call():
+        impl(run.a, run.b, None, run.out)
+    return call
+
+
 def screen(run: ProblemRun, kernels: list[str]) -> list[dict]:
     """Every kernel x knob variant that accepts the problem: error, correctness and (if correct) one timing."""
     cands = []
@@ -71,8 +80,7 @@ def rounds(run: ProblemRun, finalists: list[dict], n_rounds: int, rng: random.Ra
     entries += [{**{k: c[k] for k in ("kernel", "splits", "swizzle", "raster", "err")}, "us_rounds": []}
                 for c in finalists]
     calls = [baseline_call(run, b.split("-")[1]) for b in BASELINES]
-    calls += [(lambda impl=kernel_impl(c["kernel"], run.layout, Knobs(c["splits"], c["swizzle"], c["raster"])):
-               impl(run.a, run.b, None, run.out)) for c in finalists]
+    calls += [kernel_call(run, c) for c in finalists]
     for _ in range(n_rounds):
         order = list(range(len(entries)))
         rng.shuffle(order)
@@ -94,8 +102,7 @@ def measure_problem(layout: str, dtype: str, shape: tuple[int, int, int], kernel
     _C.cublaslt_matmul(run.a, run.b, None, run.out, layout, "autotune")  # tunes once for this problem
     baseline_err = run.rel_err()
     cands = screen(run, kernels)
-    correct = sorted((c for c in cands if c["correct"]), key=lambda c: c["us"])
-    entries = rounds(run, correct[:TOP], n_rounds, rng)
+    entries = rounds(run, fastest(cands, TOP), n_rounds, rng)
     sm90 = [e for e in entries if e["kernel"] not in BASELINES]
     best = max(sm90, key=lambda e: e["paired_ratio_median"]) if sm90 else None
     m, n, k = shape
