@@ -67,7 +67,7 @@ class FakeExtension:
         out.copy_(torch.zeros_like(self.ref) if splits == 2 else self.ref)
 
 
-def test_measure_kernels_explores_the_knobs_of_the_two_fastest(monkeypatch):
+def test_measure_kernels_explores_the_two_fastest_and_each_familys_fastest(monkeypatch):
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     ref = a @ b.t()
     fake = FakeExtension(ref)
