@@ -50,8 +50,8 @@ run_stage() {
                  --modes kernel --out "$OUT_DIR/llm_kernel.json" ;;
     decode-bw) stage decode_bw "$PY" -m benchmarks.decode_bandwidth --out "$OUT_DIR/decode_bandwidth.json" ;;
     e2e) stage e2e "$PY" -m benchmarks.e2e --out "$OUT_DIR" ;;
-    table) stage table "$PY" -m search.table_select "$OUT_DIR/sweep.json" && cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" \
-             && stage rebuild ./scripts/install.sh ;;
+    table) stage table "$PY" -m search.table_select "$OUT_DIR/sweep.json" \
+             && cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" && stage rebuild ./scripts/install.sh ;;
     reference) stage reference "$PY" -m benchmarks.reference_shapes --dtypes "${REFERENCE_DTYPES:-fp16,bf16}" \
                  --out "$OUT_DIR/reference_shapes.json" ;;
     reference-nopdl) CUDAL2_DISABLE_PDL=1 stage reference_nopdl "$PY" -m benchmarks.reference_shapes \

@@ -109,8 +109,8 @@ def default_configs() -> list[HgemmConfig]:
     """The always-built set, per dtype: NT (nn.Linear) for M <= 8/16/32/64 plus a 256-wide M <= 64 tile for sm_90
     (the fastest there on large N; can_implement refuses it where the shared memory does not fit), and NN for M <= 64.
     Shapes picked by the cold-weight sweep on an H200 (see tests/gpu/test_kernels_decode.py). Two more M <= 8 / 16
-    tiles with under 114 KiB of shared memory fit two CTAs per SM; on the H200 they lead on mid-size weights
-    (e.g. 4096 x 4096 at M = 1: 62.5% of bandwidth against 59.2% for 8x128x128 in decode_bandwidth_2026-11-23_89aa740)."""
+    tiles with under 114 KiB of shared memory fit two CTAs per SM; on the H200 they lead on mid-size weights (e.g.
+    4096 x 4096 at M = 1: 62.5% of bandwidth against 59.2% for 8x128x128 in decode_bandwidth_2026-11-23_89aa740)."""
     shapes = [  # (layout, tile_m, tile_n, tile_k, stages, warps)
         ("nt", 8, 128, 128, 4, 8), ("nt", 16, 64, 128, 4, 4), ("nt", 32, 128, 128, 3, 8),
         ("nt", 64, 128, 128, 3, 8), ("nt", 64, 256, 64, 4, 8), ("nn", 64, 128, 128, 3, 8),
