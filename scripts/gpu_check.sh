@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
 #
 # Stages: build, tests, latency, sweep, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
-# e2e, reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
+# e2e, e2e-trace (kernels and host ops per step, unpatched vs patched, compiled), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
 # table from OUT_DIR/sweep.json, then a rebuild that compiles any kernel it names). The sweep runs with PDL off
 # (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps.
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
@@ -50,6 +50,7 @@ run_stage() {
                  --modes kernel --out "$OUT_DIR/llm_kernel.json" ;;
     decode-bw) stage decode_bw "$PY" -m benchmarks.decode_bandwidth --out "$OUT_DIR/decode_bandwidth.json" ;;
     e2e) stage e2e "$PY" -m benchmarks.e2e --out "$OUT_DIR" ;;
+    e2e-trace) stage e2e_trace "$PY" -m benchmarks.e2e_trace --out "$OUT_DIR" ;;
     table) stage table "$PY" -m search.table_select "$OUT_DIR/sweep.json" \
              && cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" && stage rebuild ./scripts/install.sh ;;
     reference) stage reference "$PY" -m benchmarks.reference_shapes --dtypes "${REFERENCE_DTYPES:-fp16,bf16}" \

@@ -43,8 +43,10 @@ def test_knob_grids_per_family():
     assert set(sweep.knob_grid(SM90_STREAMK, 64, 64, 8192)) == swizzle_raster | {Knobs(s) for s in (1, 2, 4)}
     sm80_square = sweep.knob_grid(SM80, 4096, 4096, 1024)
     assert set(sm80_square) == {Knobs(0, g, r) for g in (4, 8) for r in (1, 2)}
-    assert set(sweep.knob_grid(SM80, 64, 256, 4096)) == set(sm80_square) | {Knobs(2), Knobs(4)}
-    assert set(sweep.knob_grid(SM80, 64, 64, 64)) == set(sm80_square)   # one K tile: no split
+    splits = {Knobs(s) for s in (1, 2, 4, 8, 16, 32)}
+    assert set(sweep.knob_grid(SM80, 64, 256, 4096)) == set(sm80_square) | splits
+    assert set(sweep.knob_grid(SM80, 64, 64, 64)) == set(sm80_square) | {Knobs(1)}   # one K tile: no split
+    assert set(sweep.knob_grid(SM80, 1024, 2048, 4096)) == set(sm80_square) | {Knobs(1), Knobs(2)}  # <= 1024 CTAs
     assert sweep.knob_grid(DECODE, 4, 4096, 4096) == [Knobs(s) for s in (1, 2, 4, 8, 16, 32)]
     assert sweep.knob_grid(DECODE, 4, 4096, 512) == [Knobs(1), Knobs(2), Knobs(4)]   # 4 K tiles
     assert sweep.knob_grid("an_external_kernel", 64, 64, 64) == []

@@ -3,7 +3,8 @@
 The A100 workhorse, also kept for small problems on H100 where lightweight kernels beat the TMA/WGMMA ones. The
 device code lives in `csrc/include/cudal2/sm80_cute*.cuh`; a generated kernel is one `CUDAL2_SM80_CUTE_KERNEL`
 instantiation. Compile-time parameters: tile_m x tile_n x tile_k, warps, stages, dtype, layout. Runtime knobs:
-`splits` (deterministic split-K through the workspace), `swizzle` (CTA group size), `raster` (1 = M, 2 = N);
+`splits` (deterministic split-K through the workspace; 0 = automatic, splitting K when the output tiles leave SMs
+idle), `swizzle` (CTA group size), `raster` (1 = M, 2 = N);
 `knob_grid` lists the variants the sweep times.
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ MMA_M, MMA_N = 16, 16  # per-warp step: one m16n8k16 atom along M, two along N
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread beyond which registers spill
 KNOB_SWIZZLES = (4, 8)    # CTA group sizes along the raster dimension (the default 0 walks the whole dimension)
 KNOB_RASTERS = (1, 2)     # consecutive CTAs along M (share B tiles), along N (share A tiles)
-KNOB_SPLITS = (2, 4)      # split-K parts, tried where K is the largest dimension
+KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none; the default 0 is automatic), where K is the largest
+MAX_SPLIT_CTAS = 1024     # split variants beyond this many CTAs (several waves on any GPU) are not timed
 
 
 def warp_grid(cfg: HgemmConfig) -> tuple[int, int]:
@@ -74,12 +76,14 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
 
 
 def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
-    """Runtime knob variants the sweep times beyond the defaults for an M x N x K problem: every swizzle group x
-    raster order, plus split-K in KNOB_SPLITS parts when K >= max(M, N) (few output tiles for much K work), up to
-    the number of K tiles (the kernel clamps larger values to it)."""
+    """Runtime knob variants the sweep times beyond the defaults (automatic split-K) for an M x N x K problem: every
+    swizzle group x raster order, plus split-K in KNOB_SPLITS parts when K >= max(M, N) (few output tiles for much K
+    work), up to the number of K tiles (the kernel clamps larger values to it) and MAX_SPLIT_CTAS CTAs."""
     grid = [Knobs(swizzle=group, raster=raster) for group in KNOB_SWIZZLES for raster in KNOB_RASTERS]
     if k >= max(m, n):
-        grid += [Knobs(splits=splits) for splits in KNOB_SPLITS if splits <= math.ceil(k / cfg.tile_k)]
+        tiles = math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n)
+        grid += [Knobs(splits=splits) for splits in KNOB_SPLITS
+                 if splits <= math.ceil(k / cfg.tile_k) and tiles * splits <= MAX_SPLIT_CTAS]
     return grid
 
 

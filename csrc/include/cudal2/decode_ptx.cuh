@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cudal2/pdl.cuh"
+
 namespace cudal2 {
 namespace decode {
 
@@ -73,20 +75,6 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const ui
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Programmatic dependent launch (sm_90+; no-ops on older targets, where the host never enables it).
-// Lets the next kernel on the stream be scheduled once every CTA of this grid has called it.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-// Waits until the preceding grid on the stream has completed and its memory operations are visible.
-__device__ __forceinline__ void pdl_wait_prerequisites() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
 }
 
 // Conversions between the element type and fp32 (round to nearest even).

@@ -3,8 +3,10 @@
 // this header and instantiate one configuration with CUDAL2_SM80_CUTE_KERNEL.
 //
 // Runtime knobs of cudal2_problem:
-//   splits  : split-K parts (0/1 = none). Clamped to the number of BK tiles; partials go to the workspace in fp32 and
-//             a second kernel on the same stream reduces them in a fixed order (bitwise deterministic).
+//   splits  : split-K parts (1 = none; 0 = automatic: when the output tiles leave SMs idle, enough parts to give
+//             every SM one CTA, each with at least kMinKTilesPerSplit BK tiles). Clamped to the number of BK tiles;
+//             partials go to the workspace in fp32 and a second kernel on the same stream (launched early with
+//             programmatic dependent launch on sm_90) reduces them in a fixed order (bitwise deterministic).
 //   swizzle : threadblock swizzle group: consecutive CTAs walk `swizzle` tiles along the raster dimension before
 //             stepping along the other (0 = the whole dimension).
 //   raster  : 0/1 = consecutive CTAs walk along M (share B tiles), 2 = along N (share A tiles).
@@ -13,11 +15,13 @@
 #ifndef CUDAL2_SM80_CUTE_CUH_
 #define CUDAL2_SM80_CUTE_CUH_
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <type_traits>
 
 #include "cudal2/kernel_export.h"
+#include "cudal2/pdl.cuh"
 #include "cudal2/sm80_cute_kernel.cuh"
 #include "cudal2/sm80_splitk_reduce.cuh"
 
@@ -30,6 +34,7 @@ struct Launcher {
   static constexpr int kDtype = std::is_same_v<T, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
   static constexpr int kLayout = Tr::kNN ? CUDAL2_NN : CUDAL2_NT;
   static constexpr int kMaxDevices = 64;
+  static constexpr int kMinKTilesPerSplit = 4;  // automatic split-K keeps at least this many BK tiles per part
 
   // Tiles of the output grid and the K split actually used for `p`.
   struct Plan {
@@ -41,7 +46,12 @@ struct Launcher {
     pl.tiles_m = int((p->m + Tr::BM - 1) / Tr::BM);
     pl.tiles_n = int((p->n + Tr::BN - 1) / Tr::BN);
     const int k_tiles = int((p->k + Tr::BK - 1) / Tr::BK);
-    const int wanted = p->splits < 1 ? 1 : (p->splits > k_tiles ? k_tiles : p->splits);
+    int wanted = p->splits;
+    if (wanted <= 0) {  // automatic: fill the SMs the output tiles leave idle
+      const int64_t tiles = int64_t(pl.tiles_m) * pl.tiles_n, sms = p->sm_count > 0 ? p->sm_count : 1;
+      wanted = tiles >= sms ? 1 : int(std::min<int64_t>(sms / tiles, k_tiles / kMinKTilesPerSplit));
+    }
+    wanted = std::max(1, std::min(wanted, k_tiles));
     pl.k_tiles_per_split = (k_tiles + wanted - 1) / wanted;
     pl.splits = (k_tiles + pl.k_tiles_per_split - 1) / pl.k_tiles_per_split;  // no empty split
     return pl;
@@ -121,10 +131,9 @@ struct Launcher {
     const int64_t chunks = p->m * ((p->n + 7) / 8);
     const unsigned blocks = unsigned((chunks + kReduceThreads - 1) / kReduceThreads);
     const int64_t split_stride = int64_t(pl.tiles_m) * Tr::BM * args.partials_ld;
-    splitk_reduce_kernel<T><<<blocks, kReduceThreads, 0, stream>>>(args.partials, pl.splits, split_stride,
-                                                                    args.partials_ld, args.bias, args.d, p->ldd,
-                                                                    args.m, args.n);
-    return launch_status(cudaGetLastError());
+    return launch_status(launch_programmatic(splitk_reduce_kernel<T>, dim3(blocks), dim3(kReduceThreads), stream,
+                                             static_cast<const float*>(args.partials), pl.splits, split_stride,
+                                             args.partials_ld, args.bias, args.d, int64_t(p->ldd), args.m, args.n));
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cudal2/pdl.cuh"
 #include "cudal2/sm80_cute_traits.cuh"
 
 namespace cudal2::sm80 {
@@ -157,6 +158,7 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
     ++kt_next;
     cp_async_fence();
   }
+  pdl_launch_dependents();  // the split-K reduction may get scheduled (it waits for this grid to finish)
   int read_stage = 0, write_stage = kStages - 1;
   cp_async_wait<kStages - 2>();
   __syncthreads();

@@ -6,16 +6,20 @@
 
 #include <cutlass/numeric_types.h>
 
+#include "cudal2/pdl.cuh"
+
 namespace cudal2::sm80 {
 
 constexpr int kReduceThreads = 256;
 
 // One thread per 8 consecutive outputs of a row. `partials` is [splits][rows_padded][ld] fp32 with ld % 8 == 0 and
-// ld >= round_up(n, 8), 16-byte aligned; every split is summed in the same order on every run.
+// ld >= round_up(n, 8), 16-byte aligned; every split is summed in the same order on every run. Launched as a
+// programmatic dependent of the GEMM on sm_90 (it waits for the GEMM's completion before reading the partials).
 template <class T>
 __global__ void __launch_bounds__(kReduceThreads)
     splitk_reduce_kernel(const float* __restrict__ partials, int splits, int64_t split_stride, int ld,
                          const T* __restrict__ bias, T* __restrict__ d, int64_t ldd, int m, int n) {
+  pdl_wait_prerequisites();
   const int chunks = (n + 7) / 8;
   const int64_t idx = int64_t(blockIdx.x) * kReduceThreads + threadIdx.x;
   if (idx >= int64_t(m) * chunks) return;
