@@ -14,11 +14,12 @@ call). Shapes are visited in an order whose every prefix is spread over the list
 (recorded as `complete: false`) still samples every size.
 
     python -m benchmarks.decode_bandwidth --out OUT/decode_bandwidth.json [--dtypes fp16,bf16] [--max-shapes 20]
-        [--budget-s 150]      # also writes OUT/decode_bandwidth.md
+        [--budget-s 150] [--min-nk 16777216] [--kernels 'decode_*_8x*']     # also writes OUT/decode_bandwidth.md
 """
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import statistics
@@ -77,10 +78,10 @@ def spread_order(n: int) -> list[int]:
     return sorted(range(n), key=lambda i: int(f"{i:0{width}b}"[::-1], 2))
 
 
-def problems(dtypes: list[str], max_shapes: int | None) -> list[tuple[int, int, int, str]]:
-    """(M, N, K, dtype) of the LLM shapes with M <= MAX_M (spread to `max_shapes`), in spread order, each shape's
-    dtypes together."""
-    chosen = spread([s for s in shapes.llm() if s[0] <= MAX_M], max_shapes)
+def problems(dtypes: list[str], max_shapes: int | None, min_nk: int = 0) -> list[tuple[int, int, int, str]]:
+    """(M, N, K, dtype) of the LLM shapes with M <= MAX_M and N*K >= min_nk (spread to `max_shapes`), in spread
+    order, each shape's dtypes together."""
+    chosen = spread([s for s in shapes.llm() if s[0] <= MAX_M and s[1] * s[2] >= min_nk], max_shapes)
     return [(*chosen[i], dtype) for i in spread_order(len(chosen)) for dtype in dtypes]
 
 
@@ -214,13 +215,15 @@ def copy_bandwidth(nbytes: int = COPY_BYTES) -> dict:
                       f"{len(times)} CUDA-event times, this run"}
 
 
-def decode_kernels(dtype: str) -> list[str]:
-    """Loaded decode-family kernels of `dtype`, the NT layout and this GPU's compute capability."""
+def decode_kernels(dtype: str, patterns: list[str] | None = None) -> list[str]:
+    """Loaded decode-family kernels of `dtype`, the NT layout and this GPU's compute capability (only names matching
+    one of the fnmatch `patterns`, when given)."""
     major, minor = torch.cuda.get_device_capability(0)
     cc = 10 * major + minor
     infos = [_C.kernel_info(name) for name in sorted(_C.kernel_names())]
     return [i["name"] for i in infos if i["family"] == "decode" and i["dtype"] == dtype and i["layout"] == LAYOUT
-            and i["sm_min"] <= cc <= i["sm_max"]]
+            and i["sm_min"] <= cc <= i["sm_max"]
+            and (patterns is None or any(fnmatch.fnmatchcase(i["name"], p) for p in patterns))]
 
 
 def make_sets(m: int, n: int, k: int, dtype: str, count: int, gen: torch.Generator) -> list[tuple]:
@@ -306,9 +309,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dtypes", default="fp16,bf16", help="comma-separated, from fp16,bf16")
     p.add_argument("--max-shapes", type=int, default=None, help="at most this many (M, N, K), evenly spread")
     p.add_argument("--budget-s", type=float, default=150.0, help="start no problem after this many seconds")
+    p.add_argument("--min-nk", type=int, default=0, help="only shapes with N*K >= this (e.g. large weights)")
+    p.add_argument("--kernels", default=None,
+                   help="comma-separated fnmatch patterns: time only matching decode kernels (default: all loaded)")
     p.add_argument("--seed", type=int, default=0, help="input seed")
     args = p.parse_args(argv)
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    args.kernels = [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None
     if not args.dtypes or any(d not in DTYPES for d in args.dtypes):
         p.error(f"--dtypes: choose from {', '.join(DTYPES)}")
     if args.max_shapes is not None and args.max_shapes < 1:
@@ -328,12 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"measured copy bandwidth {bandwidth['gbs']:.0f} GB/s (median replay {bandwidth['median_gbs']:.0f} GB/s; "
           f"{bandwidth['source']})")
     l2 = l2_bytes()
-    todo = problems(args.dtypes, args.max_shapes)
-    kernels = {dtype: decode_kernels(dtype) for dtype in args.dtypes}
+    todo = problems(args.dtypes, args.max_shapes, args.min_nk)
+    kernels = {dtype: decode_kernels(dtype, args.kernels) for dtype in args.dtypes}
     doc = {"environment": head, "bandwidth": bandwidth, "budget_s": args.budget_s, "complete": False, "wall_s": 0.0,
            "protocol": {"about": __doc__.split("\n\n")[1], "layout": LAYOUT, "max_m": MAX_M, "splits": list(SPLITS),
                         "l2_bytes": l2, "cold": f"input sets total > {COLD_FACTOR}x L2 ({l2 / 2**20:.0f} MiB)",
-                        "problems": len(todo), "max_shapes": args.max_shapes, "seed": args.seed,
+                        "problems": len(todo), "max_shapes": args.max_shapes, "min_nk": args.min_nk,
+                        "kernel_patterns": args.kernels, "seed": args.seed,
                         "tolerance": {d: REL_TOL[DTYPES[d]] for d in args.dtypes}, "kernels": kernels},
            "rows": []}
     gen = torch.Generator(device="cuda").manual_seed(args.seed)

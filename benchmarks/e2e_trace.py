@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         for text in args.scenarios.split(","):
             sc = parse_scenario(text, args)
             doc["scenarios"].append({"name": text} | trace_scenario(bench, sc, args.steps))
+    e2e.unpatch_linear(bench.keep_patch_installed)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "e2e_trace.json").write_text(json.dumps(doc, indent=1))
     (args.out / "e2e_trace.md").write_text(markdown(doc))

@@ -14,7 +14,9 @@ in which case they are cast to the autocast dtype first, exactly as autocast wou
 `F.linear(input, self.weight, self.bias)`, which is what `nn.Linear.forward` itself does, so CPU, fp32, fp64,
 tensor subclasses (DTensor, ...) and mixed dtypes behave bit for bit as unpatched. The checks read only tensor
 metadata and Python flags, so torch.compile traces them without graph breaks (flags become guards: patching or
-unpatching after compilation triggers a recompile rather than a stale graph). TorchScript (torch.jit.script) compiles
+unpatching after compilation triggers a recompile rather than a stale graph). Dynamo does not guard on class
+attributes, so installing the patched `nn.Linear.forward` (the first patch while none is active) also drops code
+compiled before (`torch.compiler.reset()`): it recompiles on its next call instead of running torch's forward. TorchScript (torch.jit.script) compiles
 the plain F.linear path.
 
 Subclasses of `nn.Linear` that override `forward` (LoRA, quantized layers, ...) are left alone unless
@@ -115,6 +117,7 @@ def _install() -> None:
     if nn.Linear.forward is not _patched_forward:
         nn.Linear._cudal2_route = False
         nn.Linear.forward = _patched_forward
+        torch.compiler.reset()  # code traced through torch's forward has no guard that would see the new one
 
 
 def _uninstall_if_unused() -> None:

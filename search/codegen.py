@@ -1,7 +1,9 @@
 """Renders kernel configs into `kernels/<arch_dir>/<name>.cu`, one explicit instantiation per file.
 
 Files are written only when their content changes, so incremental builds stay incremental.
-`python -m search.codegen` regenerates the default kernel set and `kernels/default_set.txt`.
+`python -m search.codegen` regenerates the default kernel set and `kernels/default_set.txt`; `--names NAME ...` writes
+those kernels only (candidates, e.g. for `python -m build_tools.kernel_lib --names NAME ... --out extra.so`, loaded
+with CUDAL2_KERNEL_LIBS=extra.so).
 """
 from __future__ import annotations
 
@@ -64,7 +66,14 @@ def default_configs() -> list[HgemmConfig]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--root", type=Path, default=KERNELS_DIR, help="output folder (default: kernels/)")
+    parser.add_argument("--names", nargs="+", default=None,
+                        help="write these kernels (config names, e.g. candidates to build with build_tools.kernel_lib) "
+                             "instead of the default set")
     args = parser.parse_args()
+    if args.names:
+        for cfg in map(HgemmConfig.from_name, args.names):
+            print(write_kernel(cfg, args.root))
+        return
     configs = default_configs()
     for cfg in configs:
         write_kernel(cfg, args.root)

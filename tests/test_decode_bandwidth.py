@@ -71,6 +71,8 @@ def test_problems_are_llm_decode_shapes_with_dtypes_together():
     limited = db.problems(["bf16"], 12)
     assert len(limited) == 12 and {p[3] for p in limited} == {"bf16"}
     assert {p[:3] for p in limited} == set(db.spread(decode_shapes, 12))
+    large = db.problems(["fp16"], None, min_nk=16 * 2**20)
+    assert {p[:3] for p in large} == {s for s in decode_shapes if s[1] * s[2] >= 16 * 2**20} and len(large) < len(decode_shapes)
 
 
 def test_fastest_ignores_incorrect_and_untimed():

@@ -311,6 +311,27 @@ def test_compile_traces_routed_calls_without_breaks(calls, cpu_route):
     torch._dynamo.reset()
 
 
+def test_patching_after_compile_reaches_the_compiled_function(calls, cpu_route):
+    """Compiled while nothing was patched (torch's forward traced, no guard on it), then patched: the same compiled
+    function must route its next calls, not keep running the stale graph."""
+    torch._dynamo.reset()
+    model = tiny_model()[1]
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    compiled = torch.compile(lambda inp: model.down_proj(model.up_proj(inp)), backend=backend, fullgraph=True)
+    x = torch.randn(2, 8)
+    compiled(x)
+    assert len(graphs) == 1 and "cudal2_test" not in str(graphs[0].code)
+    P.patch_linear(model)
+    compiled(x)
+    assert len(graphs) == 2 and str(graphs[1].code).count("cudal2_test.linear") == 2
+    torch._dynamo.reset()
+
+
 def test_compile_of_real_rule_on_cpu_is_unchanged(calls):
     torch._dynamo.reset()
     model = tiny_model()

@@ -316,11 +316,14 @@ __global__ void __launch_bounds__(256) decode_splitk_reduce_kernel(const Params<
   const int m = static_cast<int>(idx / p.n), n = static_cast<int>(idx % p.n), t = n / Tr::kTileN;
   const int c_first = p.sched.cta_of(t * p.sched.k_tiles), c_last = p.sched.cta_of((t + 1) * p.sched.k_tiles - 1);
   if (c_first == c_last) return;  // not shared
-  float sum = 0.f;
-  for (int c = c_first; c <= c_last; ++c) {
-    const int slot = p.sched.begin(c) / p.sched.k_tiles == t ? 0 : 1;
-    sum += __ldcg(p.partial(c, slot, m, n - t * Tr::kTileN, Tr::kTileN));
-  }
+  // c_first holds tile t in slot 1 if it began in an earlier tile; every later CTA begins inside tile t (slot 0), so
+  // their partials are evenly strided and the loads can all be in flight at once.
+  const int j = n - t * Tr::kTileN;
+  float sum = __ldcg(p.partial(c_first, p.sched.begin(c_first) < t * p.sched.k_tiles ? 1 : 0, m, j, Tr::kTileN));
+  const float* rest = p.partial(c_first + 1, 0, m, j, Tr::kTileN);
+  const long long stride = static_cast<long long>(p.sched.slots()) * p.m * Tr::kTileN;
+#pragma unroll 8
+  for (int c = 0; c < c_last - c_first; ++c) sum += __ldcg(rest + c * stride);
   store_output(p.d, p.ldd, p.bias, m, n, sum);
 }
 
