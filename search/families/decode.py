@@ -2,9 +2,7 @@
 
 The template lives in `csrc/include/cudal2/decode_gemm.cuh` (host ABI) and `decode_kernel.cuh` (device): the
 weight streams through a cp.async pipeline as the 16-row operand of mma.sync m16n8k16 (fp32 accumulation), the
-small M is the 8-wide side, and the tile_n x tile_k blocks of the weight are spread over CTAs either by split-K
-(runtime `splits` parts per n tile) or, with splits = 0, stream-K: evenly over one resident wave, so that no SM idles
-in a partial last wave (e.g. 112 n tiles on 132 SMs).
+small M is the 8-wide side, and split-K across CTAs (runtime `splits`, 0 = automatic) keeps every SM busy.
 Config fields used: dtype, layout, tile_m (largest M handled: 8..64), tile_n (weight rows per CTA), tile_k (K per
 pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile). The only runtime knob is
 `splits`; `knob_grid` lists the values the sweep times.
@@ -27,7 +25,7 @@ MAX_REGISTERS = 255
 BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: ptxas reports 64..186 in total)
 ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 LAYOUT_NT = {"nt": "true", "nn": "false"}
-KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 is stream-K over one resident wave
+KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
 
 
 def smem_limit(arch: int) -> int:
@@ -42,12 +40,11 @@ def warp_grid(cfg: HgemmConfig) -> tuple[int, int, int]:
 
 
 def smem_bytes(cfg: HgemmConfig) -> int:
-    """Dynamic shared memory of one CTA: the padded pipeline stages plus the cross-warp reduction's scratch (used
-    while the pipeline streams on into the next n tile)."""
+    """Dynamic shared memory of one CTA: the padded pipeline stages, or the cross-warp reduction if larger."""
     w_rows, w_cols = (cfg.tile_n, cfg.tile_k) if cfg.layout == "nt" else (cfg.tile_k, cfg.tile_n)
     stage = (w_rows * (w_cols + ROW_PAD) + cfg.tile_m * (cfg.tile_k + ROW_PAD)) * ELEMENT_BYTES
     _, warps_k, _ = warp_grid(cfg)
-    return cfg.stages * stage + (warps_k - 1) * cfg.tile_n * cfg.tile_m * 4
+    return max(cfg.stages * stage, (warps_k - 1) * cfg.tile_n * cfg.tile_m * 4)
 
 
 def registers(cfg: HgemmConfig) -> int:
@@ -89,7 +86,7 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
 
 
 def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
-    """Runtime knob variants the sweep times beyond the default stream-K (splits=0) for an M x N x K problem: each of
+    """Runtime knob variants the sweep times beyond the automatic split (splits=0) for an M x N x K problem: each of
     KNOB_SPLITS up to the number of K tiles (the kernel clamps larger values to it); swizzle and raster are ignored
     by this family."""
     return [Knobs(splits=splits) for splits in KNOB_SPLITS if splits <= math.ceil(k / cfg.tile_k)]

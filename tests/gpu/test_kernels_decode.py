@@ -117,14 +117,13 @@ def test_exact_integers(kernels, layout, dtype, splits):
         assert torch.equal(out, exact.to(dtype)), f"{kernel.name} splits={splits}: not bitwise exact"
 
 
-# (N, K) for stream-K (splits = 0) over one resident wave: CTAs that start or end inside an n tile, CTAs covering
-# several n tiles (K of one or two K tiles), one CTA per unit (units < SMs), and a single K tile (no reduction).
-STREAM_K_CASES = [(14336, 1024), (4104, 4104), (20000, 256), (520, 3592), (328, 200), (3000, 64)]
+# (N, K) for the automatic split (splits = 0): many and few n tiles, K residues, a single K tile (no reduction).
+AUTO_SPLIT_CASES = [(14336, 1024), (4104, 4104), (20000, 256), (520, 3592), (328, 200), (3000, 64)]
 
 
-@pytest.mark.parametrize("n,k", STREAM_K_CASES)
-def test_stream_k_exact_integers(kernels, n, k):
-    """0/1 inputs through stream-K: a unit summed twice or missed changes the integer result."""
+@pytest.mark.parametrize("n,k", AUTO_SPLIT_CASES)
+def test_automatic_split_exact_integers(kernels, n, k):
+    """0/1 inputs (and integer bias) with the automatic split: a K tile summed twice or missed changes the result."""
     gen = torch.Generator(device="cuda").manual_seed(7)
     for kernel in kernels.values():
         if kernel.layout == "nn" and n % 8:
@@ -136,7 +135,7 @@ def test_stream_k_exact_integers(kernels, n, k):
         bias = torch.randint(-4, 5, (n,), generator=gen, device="cuda").to(kernel.dtype)
         exact = a.double() @ (b.double().t() if kernel.layout == "nt" else b.double()) + bias.double()
         out = run_poisoned(kernel, a, b, bias, splits=0)
-        assert torch.equal(out, exact.to(kernel.dtype)), f"{kernel.name} N={n} K={k}: stream-K result not exact"
+        assert torch.equal(out, exact.to(kernel.dtype)), f"{kernel.name} N={n} K={k}: automatic split not exact"
 
 
 @pytest.mark.parametrize("splits", [1, 2, 5, 7, 64, 10**6])

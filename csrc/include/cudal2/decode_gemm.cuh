@@ -1,10 +1,10 @@
 // Host side of the decode GEMM family: the kernel C ABI (can_implement, workspace_size, launch) of one
 // instantiation of decode_gemm_kernel, and the export macro used by generated `kernels/sm80/decode_*.cu` files.
 //
-// Runtime knobs: `splits` = split-K parts per n tile (clamped to the number of K tiles), or 0 = stream-K: the
-// n tiles x K tiles units spread evenly over one resident wave (p->sm_count SMs x the CTAs that fit on one), so no
-// SM idles in a partial last wave; `swizzle` and `raster` are ignored. When some n tile is shared by several CTAs,
-// their partials go to the workspace and a second small kernel on the same stream reduces them in CTA order.
+// Runtime knobs: `splits` = split-K parts (0 = automatic: enough CTAs for one resident wave on p->sm_count SMs,
+// with the fp32 partials no larger than the weight; always clamped to the number of K tiles);
+// `swizzle` and `raster` are ignored. With splits > 1 the partials go to the workspace and a second small kernel
+// on the same stream reduces them in split order.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
 // A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory.
 // D and bias have no alignment requirement.
@@ -32,11 +32,8 @@ struct DecodeGemm {
     if (common != CUDAL2_OK) return common;
     if (p->m > Tr::kTileM || p->k % 8 != 0 || (!Tr::kNT && p->n % 8 != 0)) return CUDAL2_UNSUPPORTED;
     if (p->lda % 8 != 0 || p->ldb % 8 != 0 || !is_aligned(p->a, 16) || !is_aligned(p->b, 16)) return CUDAL2_UNSUPPORTED;
-    // 32-bit tile and unit indices; M * N partial offsets fit in 32 bits.
+    // 32-bit tile indices; M * N partial offsets fit in 32 bits.
     if (p->n > INT_MAX / 64 || p->k > INT_MAX - Tr::kTileK) return CUDAL2_UNSUPPORTED;
-    const long long units = static_cast<long long>(ceil_div(static_cast<int>(p->n), Tr::kTileN)) *
-                            ceil_div(static_cast<int>(p->k), Tr::kTileK);
-    if (units > INT_MAX / 2) return CUDAL2_UNSUPPORTED;
     return fits_shared_memory() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
   }
 
@@ -48,43 +45,37 @@ struct DecodeGemm {
            Tr::kSmemBytes <= optin;
   }
 
-  // The unit schedule for `p`: stream-K over one resident wave (splits == 0), else the requested split count
-  // rebalanced so that every part has the same number of K tiles (the last one possibly fewer) and none is empty.
-  static Schedule schedule(const cudal2_problem* p) {
-    Schedule s;
-    s.n_tiles = ceil_div(static_cast<int>(p->n), Tr::kTileN);
-    s.k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
-    if (p->splits <= 0) {
-      s.ctas = min_int(max_int(1, p->sm_count) * Tr::kCtasPerSm, s.units());
-      s.splits = 0;
-      s.tiles_per_split = 0;
-    } else {
-      const int wanted = min_int(min_int(p->splits, s.k_tiles), INT_MAX / s.n_tiles);  // grid size fits an int
-      s.tiles_per_split = ceil_div(s.k_tiles, wanted);
-      s.splits = ceil_div(s.k_tiles, s.tiles_per_split);
-      s.ctas = s.n_tiles * s.splits;
+  // Split-K parts for `p`: the requested or automatic count, rebalanced so that every part has the same number of
+  // K tiles (the last one possibly fewer) and none is empty.
+  static int splits(const cudal2_problem* p) {
+    const int n_tiles = ceil_div(static_cast<int>(p->n), Tr::kTileN);
+    const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
+    int s = p->splits;
+    if (s <= 0) {
+      const int one_wave = max_int(1, p->sm_count) * Tr::kCtasPerSm / n_tiles;
+      const int traffic_cap = static_cast<int>(p->k / (2 * p->m));  // fp32 partials <= the weight's bytes
+      s = max_int(1, min_int(one_wave, traffic_cap));
     }
-    return s;
+    s = max_int(1, min_int(min_int(s, k_tiles), 65535));
+    return ceil_div(k_tiles, ceil_div(k_tiles, s));
   }
 
-  // Whether some n tile is shared by several CTAs (then partials go through the workspace).
-  static bool needs_reduction(const Schedule& s) { return s.splits == 0 ? s.k_tiles > 1 && s.ctas > 1 : s.splits > 1; }
-
-  // Workspace bytes: the fp32 partial tiles [ctas][slots][M][tile_n] when some n tile is shared, else none.
+  // Workspace bytes: none without split-K, else the fp32 partials [splits][M][N].
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
-    const Schedule s = schedule(p);
-    if (!needs_reduction(s)) return 0;
-    return static_cast<size_t>(s.ctas) * s.slots() * p->m * Tr::kTileN * sizeof(float);
+    const int s = splits(p);
+    return s == 1 ? 0 : static_cast<size_t>(s) * p->m * p->n * sizeof(float);
   }
 
   // Enqueues the GEMM (and, with split-K, the reduction of its partials) on p->stream.
   static cudal2_status launch(const cudal2_problem* p) {
     const cudal2_status ok = can_implement(p);
     if (ok != CUDAL2_OK) return ok;
-    const Schedule sched = schedule(p);
+    const int s = splits(p);
     const size_t need = workspace_size(p);
     if (need > 0 && (p->workspace == nullptr || p->workspace_bytes < need)) return CUDAL2_WORKSPACE_TOO_SMALL;
+    const int n_tiles = ceil_div(static_cast<int>(p->n), Tr::kTileN);
+    const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
 
     Params<T> args;
@@ -99,7 +90,8 @@ struct DecodeGemm {
     args.lda = p->lda;
     args.ldb = p->ldb;
     args.ldd = p->ldd;
-    args.sched = sched;
+    args.splits = s;
+    args.tiles_per_split = ceil_div(k_tiles, s);
 
     auto kernel = decode_gemm_kernel<T, Tr>;
     if (Tr::kSmemBytes > 48 * 1024) {
@@ -107,13 +99,13 @@ struct DecodeGemm {
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
       if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     }
-    kernel<<<sched.ctas, Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
+    kernel<<<dim3(n_tiles, s), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
     const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess || !needs_reduction(sched)) return launch_status(err);
+    if (err != cudaSuccess || s == 1) return launch_status(err);
     // The reduction's launch overlaps the GEMM (programmatic dependent launch on sm_90+; it waits for the GEMM).
     const unsigned blocks = static_cast<unsigned>((p->m * p->n + 255) / 256);
     return launch_status(
-        launch_programmatic(decode_splitk_reduce_kernel<T, Tr>, dim3(blocks), dim3(256), stream, args));
+        launch_programmatic(decode_splitk_reduce_kernel<T>, dim3(blocks), dim3(256), stream, args));
   }
 };
 

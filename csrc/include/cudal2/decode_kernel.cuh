@@ -38,8 +38,8 @@ struct Traits {
   static constexpr int kXPitch = kTileK + 8;
   static constexpr int kStageElems = kWRows * kWPitch + kTileM * kXPitch;
   static constexpr int kPipeBytes = kStages * kStageElems * 2;
-  static constexpr int kReduceBytes = (kWarpsK - 1) * kTileN * kTileM * 4;  // cross-warp scratch, after the pipe
-  static constexpr int kSmemBytes = kPipeBytes + kReduceBytes;
+  static constexpr int kReduceBytes = (kWarpsK - 1) * kTileN * kTileM * 4;
+  static constexpr int kSmemBytes = max_int(kPipeBytes, kReduceBytes);
   // Resident CTAs per SM on sm_90 (227 KiB of shared memory, 2048 threads): used to size the automatic split-K.
   static constexpr int kCtasPerSm = max_int(1, min_int(232448 / (kSmemBytes + 1024), 2048 / kThreads));
 
@@ -50,32 +50,6 @@ struct Traits {
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
 };
 
-// Which units (kTileN x kTileK blocks of W, numbered n-tile-major: unit u = n tile u / k_tiles, K tile
-// u % k_tiles) each of the `ctas` CTAs accumulates. Split-K (splits >= 1): CTA c = n_tile * splits + part takes the
-// part-th run of tiles_per_split K tiles of its n tile. Stream-K (splits == 0): CTA c takes units
-// [c * U / ctas, (c + 1) * U / ctas) of all U units, so that every CTA of one resident wave gets the same work
-// (within one unit) whatever the tile counts; a CTA may then start or end inside an n tile and cover several.
-struct Schedule {
-  int n_tiles, k_tiles, ctas, splits, tiles_per_split;  // n_tiles * k_tiles < 2^31 (can_implement)
-
-  __host__ __device__ int units() const { return n_tiles * k_tiles; }
-  __host__ __device__ int begin(int c) const {
-    if (splits == 0) return static_cast<int>(static_cast<long long>(c) * units() / ctas);
-    return c / splits * k_tiles + c % splits * tiles_per_split;
-  }
-  __host__ __device__ int end(int c) const {
-    if (splits == 0) return static_cast<int>((c + 1LL) * units() / ctas);
-    return c / splits * k_tiles + min_int(k_tiles, (c % splits + 1) * tiles_per_split);
-  }
-  // The CTA whose range holds unit u (stream-K: the largest c with begin(c) <= u; ctas <= units()).
-  __host__ __device__ int cta_of(int u) const {
-    if (splits == 0) return static_cast<int>(((u + 1LL) * ctas - 1) / units());
-    return u / k_tiles * splits + u % k_tiles / tiles_per_split;
-  }
-  // Partial-tile slots per CTA in the workspace: a stream-K CTA may leave partials of its first and last n tile.
-  __host__ __device__ int slots() const { return splits == 0 ? 2 : 1; }
-};
-
 // Runtime arguments of one launch.
 template <class T>
 struct Params {
@@ -83,21 +57,16 @@ struct Params {
   const T* b;       // NT: [N, K] (ldb); NN: [K, N] (ldb)
   T* d;             // [M, N], row stride ldd
   const T* bias;    // [N] or nullptr
-  float* partials;  // [ctas][slots][M][kTileN] fp32 workspace (when some n tile is shared)
+  float* partials;  // [splits][M][N] fp32 workspace (splits > 1)
   int m, n, k;
   long long lda, ldb, ldd;
-  Schedule sched;
-
-  // Element (row, column j) of CTA c's partial tile in `slot` (0: the CTA's first n tile, 1: its last).
-  __device__ float* partial(int c, int slot, int row, int j, int tile_n) const {
-    return partials + ((static_cast<long long>(c) * sched.slots() + slot) * m + row) * tile_n + j;
-  }
+  int splits, tiles_per_split;
 };
 
-// Issues the cp.async copies of the unit (n_tile, k_tile) (its W block and A columns) into stage buffer `stage_smem`.
+// Issues the cp.async copies of K tile `tile` (absolute index) into pipeline stage buffer `stage_smem`.
 template <class T, class Tr>
-__device__ __forceinline__ void load_tile(const Params<T>& p, T* stage_smem, int n_tile, int k_tile, int x_rows) {
-  const int n0 = n_tile * Tr::kTileN, k0 = k_tile * Tr::kTileK;
+__device__ __forceinline__ void load_tile(const Params<T>& p, T* stage_smem, int n0, int tile, int x_rows) {
+  const int k0 = tile * Tr::kTileK;
   constexpr int kWChunkCols = Tr::kWCols / 8, kWChunks = Tr::kWRows * kWChunkCols;
 #pragma unroll
   for (int i = 0; i < ceil_div(kWChunks, Tr::kThreads); ++i) {
@@ -224,107 +193,65 @@ __device__ __forceinline__ void for_each_output(const float (&acc)[Tr::kRowTiles
   }
 }
 
-// Writes d[m * ldd + n] = value + bias[n] in the element type.
+// Writes out[m][n] = value + bias[n] in the element type.
 template <class T>
-__device__ __forceinline__ void store_output(T* d, long long ldd, const T* bias, int m, int n, float value) {
-  if (bias != nullptr) value += to_float(bias[n]);
-  d[m * ldd + n] = from_float<T>(value);
-}
-
-// A position in the unit list as (n tile, K tile), stepped without divisions.
-struct UnitCursor {
-  int n_tile, k_tile;
-  __device__ void advance(int k_tiles) {
-    if (++k_tile == k_tiles) {
-      k_tile = 0;
-      ++n_tile;
-    }
-  }
-};
-
-// Stores this CTA's sums over its units of n tile t: directly (+ bias) when the CTA covered all of the tile's units
-// (then no other CTA has any), else as the CTA's partial tile (slot 0 for its first tile, 1 for its last) in the
-// workspace. Warps with wk > 0 have handed their sums to wk == 0 already.
-template <class T, class Tr>
-__device__ __forceinline__ void store_tile(const Params<T>& p, const float (&acc)[Tr::kRowTiles][Tr::kMTiles][4],
-                                           int t, int first, int end, int wn) {
-  const int n0 = t * Tr::kTileN;
-  if (first <= t * p.sched.k_tiles && (t + 1) * p.sched.k_tiles <= end) {
-    // An opaque copy of ldd: keeps the compiler from hoisting the output offsets (registers) out of the main loop.
-    long long ldd = p.ldd;
-    asm volatile("" : "+l"(ldd));
-    for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { store_output(p.d, ldd, p.bias, m, n, v); });
-  } else {
-    const int slot = first / p.sched.k_tiles == t ? 0 : 1;
-    for_each_output<Tr>(acc, p.m, p.n, n0, wn,
-                        [&](int m, int n, float v) { *p.partial(blockIdx.x, slot, m, n - n0, Tr::kTileN) = v; });
-  }
+__device__ __forceinline__ void store_output(const Params<T>& p, int m, int n, float value) {
+  if (p.bias != nullptr) value += to_float(p.bias[n]);
+  p.d[m * p.ldd + n] = from_float<T>(value);
 }
 
 template <class T, class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<T> p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
-  float* scratch = reinterpret_cast<float*>(smem_raw + Tr::kPipeBytes);
   const int warp = threadIdx.x >> 5, wn = warp % Tr::kWarpsN, wk = warp / Tr::kWarpsN;
-  const int first = p.sched.begin(blockIdx.x), end = p.sched.end(blockIdx.x);
-  const int num_units = end - first;  // >= 1 (host)
-  const int k_tiles = p.sched.k_tiles;
+  const int n0 = blockIdx.x * Tr::kTileN;
+  const int split = blockIdx.y;
+  const int tile_begin = split * p.tiles_per_split;
+  const int num_tiles = min_int(ceil_div(p.k, Tr::kTileK) - tile_begin, p.tiles_per_split);  // >= 1 (host)
   const int m_tiles = ceil_div(p.m, 8);
 
   float acc[Tr::kRowTiles][Tr::kMTiles][4] = {};
-  UnitCursor load{first / k_tiles, first % k_tiles};
 #pragma unroll
   for (int s = 0; s < Tr::kStages - 1; ++s) {
-    if (s < num_units) {
-      load_tile<T, Tr>(p, smem + s * Tr::kStageElems, load.n_tile, load.k_tile, m_tiles * 8);
-      load.advance(k_tiles);
-    }
+    if (s < num_tiles) load_tile<T, Tr>(p, smem + s * Tr::kStageElems, n0, tile_begin + s, m_tiles * 8);
     cp_async_commit();
   }
   pdl_launch_dependents();  // the split-K reduction may get scheduled (it waits for this grid to finish)
-  int n_tile = first / k_tiles, k_tile = first % k_tiles;
-  for (int i = 0; i < num_units;) {  // one n tile per pass: its units in this CTA, then its store
-    for (const int stop = min_int(num_units, i + k_tiles - k_tile); i < stop; ++i) {
-      cp_async_wait<Tr::kStages - 2>();
-      __syncthreads();  // unit i landed for every thread; stage (i - 1) % kStages and the scratch are free again
-      const int next = i + Tr::kStages - 1;
-      if (next < num_units) {
-        load_tile<T, Tr>(p, smem + (next % Tr::kStages) * Tr::kStageElems, load.n_tile, load.k_tile, m_tiles * 8);
-        load.advance(k_tiles);
-      }
-      cp_async_commit();
-      mma_tile<T, Tr>(smem + (i % Tr::kStages) * Tr::kStageElems, acc, wn, wk, m_tiles);
-    }
-    reduce_warps_k<Tr>(acc, scratch, wn, wk);
-    if (wk == 0) store_tile<T, Tr>(p, acc, n_tile, first, end, wn);
-#pragma unroll
-    for (int j = 0; j < Tr::kRowTiles * Tr::kMTiles * 4; ++j) (&acc[0][0][0])[j] = 0.f;
-    ++n_tile;
-    k_tile = 0;
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait<Tr::kStages - 2>();
+    __syncthreads();  // tile t landed for every thread; stage (t - 1) % kStages is free again
+    const int next = t + Tr::kStages - 1;
+    if (next < num_tiles)
+      load_tile<T, Tr>(p, smem + (next % Tr::kStages) * Tr::kStageElems, n0, tile_begin + next, m_tiles * 8);
+    cp_async_commit();
+    mma_tile<T, Tr>(smem + (t % Tr::kStages) * Tr::kStageElems, acc, wn, wk, m_tiles);
   }
   cp_async_wait<0>();
+  __syncthreads();  // pipeline buffers are reused as reduction scratch
+  reduce_warps_k<Tr>(acc, reinterpret_cast<float*>(smem_raw), wn, wk);
+
+  if (wk != 0) return;
+  if (p.splits == 1) {
+    for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { store_output(p, m, n, v); });
+  } else {
+    float* mine = p.partials + split * static_cast<long long>(p.m) * p.n;
+    for_each_output<Tr>(acc, p.m, p.n, n0, wn,
+                        [&](int m, int n, float v) { mine[static_cast<long long>(m) * p.n + n] = v; });
+  }
 }
 
-// Epilogue of shared n tiles: out[m][n] = the sum over the CTAs covering n's tile, in CTA order, of their partials
-// (+ bias); one thread per output, outputs of unshared tiles are skipped (the GEMM wrote them).
-template <class T, class Tr>
+// Split-K epilogue: out[m][n] = sum over s = 0, 1, ... of partials[s][m][n] (+ bias), one thread per output.
+template <class T>
 __global__ void __launch_bounds__(256) decode_splitk_reduce_kernel(const Params<T> p) {
   pdl_wait_prerequisites();  // launched early (programmatic dependent launch) on sm_90
+  const long long plane = static_cast<long long>(p.m) * p.n;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<long long>(p.m) * p.n) return;
-  const int m = static_cast<int>(idx / p.n), n = static_cast<int>(idx % p.n), t = n / Tr::kTileN;
-  const int c_first = p.sched.cta_of(t * p.sched.k_tiles), c_last = p.sched.cta_of((t + 1) * p.sched.k_tiles - 1);
-  if (c_first == c_last) return;  // not shared
-  // c_first holds tile t in slot 1 if it began in an earlier tile; every later CTA begins inside tile t (slot 0), so
-  // their partials are evenly strided and the loads can all be in flight at once.
-  const int j = n - t * Tr::kTileN;
-  float sum = __ldcg(p.partial(c_first, p.sched.begin(c_first) < t * p.sched.k_tiles ? 1 : 0, m, j, Tr::kTileN));
-  const float* rest = p.partial(c_first + 1, 0, m, j, Tr::kTileN);
-  const long long stride = static_cast<long long>(p.sched.slots()) * p.m * Tr::kTileN;
+  if (idx >= plane) return;
+  float sum = 0.f;
 #pragma unroll 8
-  for (int c = 0; c < c_last - c_first; ++c) sum += __ldcg(rest + c * stride);
-  store_output(p.d, p.ldd, p.bias, m, n, sum);
+  for (int s = 0; s < p.splits; ++s) sum += __ldcg(p.partials + s * plane + idx);
+  store_output(p, static_cast<int>(idx / p.n), static_cast<int>(idx % p.n), sum);
 }
 
 }  // namespace decode
