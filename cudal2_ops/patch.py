@@ -16,8 +16,8 @@ tensor subclasses (DTensor, ...) and mixed dtypes behave bit for bit as unpatche
 metadata and Python flags, so torch.compile traces them without graph breaks (flags become guards: patching or
 unpatching after compilation triggers a recompile rather than a stale graph). Dynamo does not guard on class
 attributes, so installing the patched `nn.Linear.forward` (the first patch while none is active) also drops code
-compiled before (`torch.compiler.reset()`): it recompiles on its next call instead of running torch's forward. TorchScript (torch.jit.script) compiles
-the plain F.linear path.
+compiled before (`torch.compiler.reset()`): it recompiles on its next call instead of running torch's forward.
+TorchScript (torch.jit.script) compiles the plain F.linear path.
 
 Subclasses of `nn.Linear` that override `forward` (LoRA, quantized layers, ...) are left alone unless
 `include_subclasses=True`; then calls they make to `nn.Linear.forward` (e.g. `super().forward(x)`) are routed, while

@@ -12,12 +12,10 @@ kernel rejects are skipped. Every measurement is a candidate carrying its knobs.
 also pass the exact-integer check, run with its knobs, before it is recorded as correct. Problems are swept
 smallest first until the time budget is spent (the file records whether the sweep completed).
 
-Cost: knob exploration is bounded to the KNOB_TOP kernels of each problem plus one per other family: at most 4 x 11
-extra timings (sm90 stream-K: 8 swizzle x raster + 3 splits; sm90 persistent 8; sm80_cute up to 6; decode up to 6;
-the per-family kernels were added after the figures that follow, which cover the KNOB_TOP kernels). Replayed on the
-2026-11-22 H200 sweep (493 problems, 4220 timings in 89 s, about 21 ms each) that is 12.5 extra timings per problem
-on average (6157, about 130 s); with the bf16 LLM problems and the larger default kernel set a full sweep should
-take about 5 minutes, hence the 600 s default budget.
+Cost: knob exploration is bounded to the KNOB_TOP kernels of each problem plus one per other family, each with at
+most 11 variants (sm90 stream-K: 8 swizzle x raster + 3 splits; sm90 persistent 8; sm80_cute 4 swizzle x raster + up
+to 6 split counts; decode up to 6). On the H200 (`sweep_2026-11-23_4da71c4.json`) 641 of the 654 default problems
+fit in a 285 s budget, hence the 600 s default budget.
 
     python -m search.sweep --out sweep.json [--sample 100] [--max-log2-mnk 24] [--llm-max-m 64] [--budget-s 600]
     python -m search.table_select sweep.json     # -> kernels/<arch_dir>/<gpu_slug>.json
