@@ -6,7 +6,8 @@
 // `swizzle` and `raster` are ignored. With splits > 1 the partials go to the workspace and a second small kernel
 // on the same stream reduces them in split order.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
-// A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory.
+// A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory (and,
+// for the bulk-copy variant, is sm_90 or newer).
 // D and bias have no alignment requirement.
 #ifndef CUDAL2_DECODE_GEMM_CUH_
 #define CUDAL2_DECODE_GEMM_CUH_
@@ -34,15 +35,17 @@ struct DecodeGemm {
     if (p->lda % 8 != 0 || p->ldb % 8 != 0 || !is_aligned(p->a, 16) || !is_aligned(p->b, 16)) return CUDAL2_UNSUPPORTED;
     // 32-bit tile indices; M * N partial offsets fit in 32 bits.
     if (p->n > INT_MAX / 64 || p->k > INT_MAX - Tr::kTileK) return CUDAL2_UNSUPPORTED;
-    return fits_shared_memory() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
+    return device_supports() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
   }
 
-  // Whether the current device grants the CTA's shared memory (e.g. 227 KiB on sm_90, 163 KiB on sm_80).
-  static bool fits_shared_memory() {
-    int device = 0, optin = 0;
+  // Whether the current device grants the CTA's shared memory (e.g. 227 KiB on sm_90, 163 KiB on sm_80) and, for
+  // bulk-copy loads, has the bulk-copy engine (sm_90+).
+  static bool device_supports() {
+    int device = 0, optin = 0, major = 0;
     return cudaGetDevice(&device) == cudaSuccess &&
            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-           Tr::kSmemBytes <= optin;
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+           Tr::kSmemBytes <= optin && (!Tr::kBulk || major >= 9);
   }
 
   // Split-K parts for `p`: the requested or automatic count, rebalanced so that every part has the same number of
@@ -112,12 +115,12 @@ struct DecodeGemm {
 }  // namespace decode
 }  // namespace cudal2
 
-// Exports kernel NAME as DecodeGemm<T, Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>> (T: __half or
-// __nv_bfloat16; NT: true for B [N, K], false for B [K, N]).
-#define CUDAL2_DECODE_KERNEL(NAME, T, NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS)                                   \
+// Exports kernel NAME as DecodeGemm<T, Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS, BULK>> (T: __half or
+// __nv_bfloat16; NT: true for B [N, K], false for B [K, N]; BULK: true for bulk-copy loads, sm_90 only).
+#define CUDAL2_DECODE_KERNEL(NAME, T, NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS, BULK)                             \
   using NAME##_impl =                                                                                              \
-      cudal2::decode::DecodeGemm<T, cudal2::decode::Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>>;           \
-  CUDAL2_EXPORT_KERNEL(NAME, "decode", 80, 90, NAME##_impl::kDtype, NAME##_impl::kLayout, 1,                        \
+      cudal2::decode::DecodeGemm<T, cudal2::decode::Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS, BULK>>;     \
+  CUDAL2_EXPORT_KERNEL(NAME, "decode", (BULK) ? 90 : 80, 90, NAME##_impl::kDtype, NAME##_impl::kLayout, 1,       \
                        &NAME##_impl::can_implement, &NAME##_impl::workspace_size, &NAME##_impl::launch)
 
 #endif  // CUDAL2_DECODE_GEMM_CUH_
