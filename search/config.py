@@ -38,7 +38,7 @@ class HgemmConfig:
     Fields a family does not use stay at their defaults and are left out of the name.
     family: one of FAMILIES. dtype: "fp16" | "bf16". layout: "nn" (B is [K, N]) | "nt" (B is [N, K]).
     tile_m/tile_n/tile_k: CTA tile. stages: pipeline depth (0 = the family's automatic choice).
-    cluster_m/cluster_n: thread-block cluster (sm90). schedule: "coop" | "pingpong" (sm90); "" | "bulk" (decode loads).
+    cluster_m/cluster_n: thread-block cluster (sm90). schedule: "coop" | "pingpong" (sm90).
     scheduler: "persistent" | "streamk" (sm90). warps: warps per CTA (sm80, decode).
     """
 
@@ -100,7 +100,7 @@ class HgemmConfig:
                 fields["cluster_m"], fields["cluster_n"] = int(m[1]), int(m[2])
             elif m := re.fullmatch(r"w(\d+)", token):
                 fields["warps"] = int(m[1])
-            elif token in ("coop", "pingpong", "bulk"):
+            elif token in ("coop", "pingpong"):
                 fields["schedule"] = token
             elif token in ("persistent", "streamk"):
                 fields["scheduler"] = token

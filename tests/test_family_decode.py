@@ -44,9 +44,7 @@ def test_defaults_cover_every_m_on_sm80_and_sm90():
     (dict(tile_n=16, tile_k=32, warps=4), "warps along K"),
     (dict(tile_m=64, tile_n=256, tile_k=256, stages=8), "shared memory"),
     (dict(cluster_n=2), "sm90_tma_ws fields"),
-    (dict(scheduler="streamk"), "sm90_tma_ws fields"),
-    (dict(schedule="coop"), "schedule must be one of"),
-    (dict(schedule="bulk", layout="nn"), "layout nt"),
+    (dict(schedule="coop"), "sm90_tma_ws fields"),
 ])
 def test_infeasible_configs_are_rejected_with_a_reason(overrides, reason):
     ok, why = decode.feasible(cfg(**overrides), 90)
@@ -58,8 +56,6 @@ def test_arch_range_and_smem_limits():
     assert decode.feasible(cfg(), 100)[0] is False
     big = cfg(tile_m=64, tile_n=128, tile_k=128, stages=4, warps=8)  # ~209 KiB: fits sm_90, not sm_80
     assert decode.feasible(big, 90)[0] and not decode.feasible(big, 80)[0]
-    bulk = cfg(schedule="bulk")  # the bulk-copy engine is sm_90+
-    assert decode.feasible(bulk, 90)[0] and "compute capability >= 90" in decode.feasible(bulk, 80)[1]
 
 
 def test_warp_grid_and_smem_model():
@@ -75,15 +71,12 @@ def test_render_is_deterministic_and_names_the_kernel():
     c = cfg(dtype="bf16", layout="nn")
     text = codegen.render(c)
     assert text == codegen.render(c)
-    assert f"CUDAL2_DECODE_KERNEL({c.name}, __nv_bfloat16, false, 8, 64, 128, 4, 4, false)" in text
+    assert f"CUDAL2_DECODE_KERNEL({c.name}, __nv_bfloat16, false, 8, 64, 128, 4, 4)" in text
     assert "torch" not in text
-    bulk = cfg(schedule="bulk")
-    assert bulk.name == "decode_fp16_nt_8x64x128_s4_w4_bulk"
-    assert f"CUDAL2_DECODE_KERNEL({bulk.name}, __half, true, 8, 64, 128, 4, 4, true)" in codegen.render(bulk)
 
 
 def test_name_round_trip():
-    for c in [*decode.default_configs(), cfg(schedule="bulk")]:
+    for c in decode.default_configs():
         assert HgemmConfig.from_name(c.name) == c
         assert c.arch_dir == "sm80"
 
@@ -94,9 +87,8 @@ def test_generated_sources_match_render():
         assert path.exists() and path.read_text() == codegen.render(c), f"regenerate {path}"
 
 
-@pytest.mark.parametrize("schedule", ["", "bulk"])
-def test_one_config_compiles_without_spills(tmp_path, kernel_toolchain, schedule):
-    c = cfg(tile_m=16, schedule=schedule)
+def test_one_config_compiles_without_spills(tmp_path, kernel_toolchain):
+    c = cfg(tile_m=16)
     src = codegen.write_kernel(c, tmp_path)
     cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-gencode=arch=compute_90,code=sm_90",
            "-Xptxas", "-v", "-c", str(src), "-o", str(tmp_path / "k.o")]

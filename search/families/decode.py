@@ -4,8 +4,7 @@ The template lives in `csrc/include/cudal2/decode_gemm.cuh` (host ABI) and `deco
 weight streams through a cp.async pipeline as the 16-row operand of mma.sync m16n8k16 (fp32 accumulation), the
 small M is the 8-wide side, and split-K across CTAs (runtime `splits`, 0 = automatic) keeps every SM busy.
 Config fields used: dtype, layout, tile_m (largest M handled: 8..64), tile_n (weight rows per CTA), tile_k (K per
-pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile), schedule ("" = cp.async
-loads; "bulk" = one bulk copy per row on the sm_90 bulk-copy engine, NT only). The only runtime knob is
+pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile). The only runtime knob is
 `splits`; `knob_grid` lists the values the sweep times.
 """
 from __future__ import annotations
@@ -26,8 +25,6 @@ MAX_REGISTERS = 255
 BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: ptxas reports 64..186 in total)
 ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 LAYOUT_NT = {"nt": "true", "nn": "false"}
-SCHEDULES = ("", "bulk")         # how the pipeline loads tiles: cp.async, or the bulk-copy engine (sm_90+)
-BULK_SM_MIN = 90
 KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
 
 
@@ -63,12 +60,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"family {cfg.family!r} is not {FAMILY}"
     if not SM_MIN <= arch <= SM_MAX:
         return False, f"decode kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
-    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.scheduler:
-        return False, "clusters and scheduler are sm90_tma_ws fields; leave them at their defaults"
-    if cfg.schedule not in SCHEDULES:
-        return False, f"schedule must be one of {SCHEDULES} (cp.async or bulk-copy loads), got {cfg.schedule!r}"
-    if cfg.schedule == "bulk" and (arch < BULK_SM_MIN or cfg.layout != "nt"):
-        return False, f"bulk-copy loads need compute capability >= {BULK_SM_MIN} and layout nt"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler:
+        return False, "clusters, schedule and scheduler are sm90_tma_ws fields; leave them at their defaults"
     if cfg.tile_m not in TILE_M:
         return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"
     if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):
@@ -104,13 +97,12 @@ def render(cfg: HgemmConfig) -> str:
     return (
         '#include "cudal2/decode_gemm.cuh"\n\n'
         f"CUDAL2_DECODE_KERNEL({cfg.name}, {ELEMENTS[cfg.dtype]}, {LAYOUT_NT[cfg.layout]}, {cfg.tile_m}, "
-        f"{cfg.tile_n}, {cfg.tile_k}, {cfg.stages}, {cfg.warps}, {'true' if cfg.schedule == 'bulk' else 'false'})\n"
+        f"{cfg.tile_n}, {cfg.tile_k}, {cfg.stages}, {cfg.warps})\n"
     )
 
 
-def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stages: int, warps: int,
-            schedule: str = "") -> HgemmConfig:
-    return HgemmConfig(FAMILY, dtype, layout, tile_m, tile_n, tile_k, stages=stages, warps=warps, schedule=schedule)
+def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stages: int, warps: int) -> HgemmConfig:
+    return HgemmConfig(FAMILY, dtype, layout, tile_m, tile_n, tile_k, stages=stages, warps=warps)
 
 
 def default_configs() -> list[HgemmConfig]:

@@ -197,13 +197,15 @@ def test_rejects_unsupported(kernels):
         assert not kernel.can_implement(kernel.problem(torch.zeros(2, k_odd, dtype=dt, device="cuda"), b2, out[:2]))
 
 
-def test_cuda_graph_replay(kernels):
-    """Captured in a CUDA graph (split-K with its reduction kernel), replays give the eager result bit for bit."""
+@pytest.mark.parametrize("splits", [0, 4])
+def test_cuda_graph_replay(kernels, splits):
+    """Captured in a CUDA graph (split-K with its reduction kernel, or as clusters on sm_90), replays give the eager
+    result bit for bit."""
     gen = torch.Generator(device="cuda").manual_seed(6)
     kernel = pick(kernels, torch.float16, "nt", 8)
     a, b = make_inputs(8, 512, 3584, torch.float16, "nt", gen)
-    eager = kernel.run(a, b)
-    bench = _Launcher(kernel, a, b, torch.empty_like(eager), splits=0)
+    eager = kernel.run(a, b, splits=splits)
+    bench = _Launcher(kernel, a, b, torch.empty_like(eager), splits=splits)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         bench()

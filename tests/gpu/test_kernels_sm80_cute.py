@@ -129,7 +129,7 @@ def test_exact_integers(kernels, name):
     exact = a.double() @ bd
     assert exact.max() > 2048
     expected = exact.to(k.dtype)
-    for splits in (0, 3):
+    for splits in (0, 3, 16):  # sm_90: 3 parts reduce in a cluster, 16 through the workspace
         out = run(k, a, b, splits=splits)
         assert torch.equal(out, expected), f"splits={splits}: {(out != expected).sum().item()} mismatches"
 
@@ -156,14 +156,18 @@ def test_split_k(kernels, name, splits):
 
 
 def test_workspace_checked(kernels):
+    """Split-K through the workspace (more parts than a cluster reduces, or any split before sm_90) needs it; the
+    cluster reduction (2..8 parts on sm_90) and no split need none."""
     k = get(kernels, NAMES[0])
-    a, b = operands(k, 64, 64, 512, pad=False)
+    a, b = operands(k, 64, 64, 8192, pad=False)
     out = torch.empty(64, 64, dtype=k.dtype, device="cuda")
-    p = k.problem(a, b, out, splits=4)
+    p = k.problem(a, b, out, splits=16)
     assert k.workspace_size(p) > 0
     assert k.launch(p) == STATUS_WORKSPACE_TOO_SMALL
     assert k.workspace_size(k.problem(a, b, out, splits=1)) == 0
-    # automatic (splits = 0): one 64 x 64 output tile leaves SMs idle, so K is split and needs the workspace
+    cluster = torch.cuda.get_device_capability()[0] >= 9
+    assert (k.workspace_size(k.problem(a, b, out, splits=4)) == 0) == cluster
+    # automatic (splits = 0): one 64 x 64 output tile leaves SMs idle, so K is split in more than 8 parts
     assert k.workspace_size(k.problem(a, b, out)) > 0
 
 

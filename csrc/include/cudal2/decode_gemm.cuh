@@ -3,11 +3,11 @@
 //
 // Runtime knobs: `splits` = split-K parts (0 = automatic: enough CTAs for one resident wave on p->sm_count SMs,
 // with the fp32 partials no larger than the weight; always clamped to the number of K tiles);
-// `swizzle` and `raster` are ignored. With splits > 1 the partials go to the workspace and a second small kernel
-// on the same stream reduces them in split order.
+// `swizzle` and `raster` are ignored. With 2..kMaxClusterSplits splits on sm_90+, the split CTAs of a tile form a
+// cluster and reduce in distributed shared memory (no workspace); with more splits (or before sm_90) the partials
+// go to the workspace and a second small kernel on the same stream reduces them in split order.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
-// A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory (and,
-// for the bulk-copy variant, is sm_90 or newer).
+// A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory.
 // D and bias have no alignment requirement.
 #ifndef CUDAL2_DECODE_GEMM_CUH_
 #define CUDAL2_DECODE_GEMM_CUH_
@@ -35,17 +35,15 @@ struct DecodeGemm {
     if (p->lda % 8 != 0 || p->ldb % 8 != 0 || !is_aligned(p->a, 16) || !is_aligned(p->b, 16)) return CUDAL2_UNSUPPORTED;
     // 32-bit tile indices; M * N partial offsets fit in 32 bits.
     if (p->n > INT_MAX / 64 || p->k > INT_MAX - Tr::kTileK) return CUDAL2_UNSUPPORTED;
-    return device_supports() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
+    return fits_shared_memory() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
   }
 
-  // Whether the current device grants the CTA's shared memory (e.g. 227 KiB on sm_90, 163 KiB on sm_80) and, for
-  // bulk-copy loads, has the bulk-copy engine (sm_90+).
-  static bool device_supports() {
-    int device = 0, optin = 0, major = 0;
+  // Whether the current device grants the CTA's shared memory (e.g. 227 KiB on sm_90, 163 KiB on sm_80).
+  static bool fits_shared_memory() {
+    int device = 0, optin = 0;
     return cudaGetDevice(&device) == cudaSuccess &&
            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-           Tr::kSmemBytes <= optin && (!Tr::kBulk || major >= 9);
+           Tr::kSmemBytes <= optin;
   }
 
   // Split-K parts for `p`: the requested or automatic count, rebalanced so that every part has the same number of
@@ -67,7 +65,8 @@ struct DecodeGemm {
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
     const int s = splits(p);
-    return s == 1 ? 0 : static_cast<size_t>(s) * p->m * p->n * sizeof(float);
+    if (s == 1 || cluster_splitk_available(s)) return 0;
+    return static_cast<size_t>(s) * p->m * p->n * sizeof(float);
   }
 
   // Enqueues the GEMM (and, with split-K, the reduction of its partials) on p->stream.
@@ -95,12 +94,17 @@ struct DecodeGemm {
     args.ldd = p->ldd;
     args.splits = s;
     args.tiles_per_split = ceil_div(k_tiles, s);
+    args.cluster_reduce = cluster_splitk_available(s);
 
     auto kernel = decode_gemm_kernel<T, Tr>;
     if (Tr::kSmemBytes > 48 * 1024) {
       const cudaError_t err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
       if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
+    }
+    if (args.cluster_reduce) {
+      return launch_status(launch_clustered(kernel, dim3(n_tiles, s), dim3(Tr::kThreads), Tr::kSmemBytes,
+                                            dim3(1, s, 1), stream, args));
     }
     kernel<<<dim3(n_tiles, s), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
     const cudaError_t err = cudaGetLastError();
@@ -115,12 +119,12 @@ struct DecodeGemm {
 }  // namespace decode
 }  // namespace cudal2
 
-// Exports kernel NAME as DecodeGemm<T, Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS, BULK>> (T: __half or
-// __nv_bfloat16; NT: true for B [N, K], false for B [K, N]; BULK: true for bulk-copy loads, sm_90 only).
-#define CUDAL2_DECODE_KERNEL(NAME, T, NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS, BULK)                             \
+// Exports kernel NAME as DecodeGemm<T, Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>> (T: __half or
+// __nv_bfloat16; NT: true for B [N, K], false for B [K, N]).
+#define CUDAL2_DECODE_KERNEL(NAME, T, NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS)                                   \
   using NAME##_impl =                                                                                              \
-      cudal2::decode::DecodeGemm<T, cudal2::decode::Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS, BULK>>;     \
-  CUDAL2_EXPORT_KERNEL(NAME, "decode", (BULK) ? 90 : 80, 90, NAME##_impl::kDtype, NAME##_impl::kLayout, 1,       \
+      cudal2::decode::DecodeGemm<T, cudal2::decode::Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>>;           \
+  CUDAL2_EXPORT_KERNEL(NAME, "decode", 80, 90, NAME##_impl::kDtype, NAME##_impl::kLayout, 1,                        \
                        &NAME##_impl::can_implement, &NAME##_impl::workspace_size, &NAME##_impl::launch)
 
 #endif  // CUDAL2_DECODE_GEMM_CUH_

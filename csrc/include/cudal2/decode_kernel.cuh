@@ -3,16 +3,16 @@
 // The GEMM is computed transposed, D^T = W @ A^T, so the weight W (B, [N, K] for NT or [K, N] for NN) is the
 // 16-row operand of mma.sync m16n8k16 and the small M is the 8-wide side. Each CTA owns kTileN rows of W and one
 // K range (split-K across blockIdx.y). W and A tiles stream through a kStages-deep cp.async pipeline in shared
-// memory (padded rows: conflict-free ldmatrix), or, with kBulk (sm_90+, NT only), through 1-D bulk copies of the
-// bulk-copy engine (one copy per W and A row, completion counted on one mbarrier per stage, W fetched with an L2
-// evict-first policy); warps split the CTA tile as kWarpsN x kWarpsK and the kWarpsK partial sums are added in a
-// fixed order through shared memory. With several splits, each CTA writes its fp32 partial tile to the workspace
-// and a second kernel on the same stream sums the partials in split order: results are bitwise deterministic, and
-// nothing needs zeroing between calls.
+// memory (padded rows: conflict-free ldmatrix); warps split the CTA tile as kWarpsN x kWarpsK and the kWarpsK
+// partial sums are added in a fixed order through shared memory. With several splits, either the split CTAs of a
+// tile form a thread-block cluster and reduce their fp32 partial tiles over distributed shared memory
+// (cluster_splitk.cuh; sm_90, up to kMaxClusterSplits parts), or each CTA writes its partial tile to the workspace
+// and a second kernel on the same stream sums the partials. Both sum in split order: results are bitwise
+// deterministic and equal, and nothing needs zeroing between calls.
 #ifndef CUDAL2_DECODE_KERNEL_CUH_
 #define CUDAL2_DECODE_KERNEL_CUH_
 
-#include "cudal2/bulk_copy.cuh"
+#include "cudal2/cluster_splitk.cuh"
 #include "cudal2/decode_ptx.cuh"
 
 namespace cudal2 {
@@ -23,9 +23,9 @@ __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; 
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
 // Compile-time shape of one instantiation; shared by the kernel and its host launcher.
-template <bool kNT_, int kTileM_, int kTileN_, int kTileK_, int kStages_, int kWarps_, bool kBulk_ = false>
+template <bool kNT_, int kTileM_, int kTileN_, int kTileK_, int kStages_, int kWarps_>
 struct Traits {
-  static constexpr bool kNT = kNT_, kBulk = kBulk_;
+  static constexpr bool kNT = kNT_;
   static constexpr int kTileM = kTileM_, kTileN = kTileN_, kTileK = kTileK_, kStages = kStages_;
   static constexpr int kWarps = kWarps_, kThreads = kWarps * 32;
   static constexpr int kWarpsN = min_int(kWarps, kTileN / 16);  // warps side by side along N
@@ -42,7 +42,8 @@ struct Traits {
   static constexpr int kStageElems = kWRows * kWPitch + kTileM * kXPitch;
   static constexpr int kPipeBytes = kStages * kStageElems * 2;
   static constexpr int kReduceBytes = (kWarpsK - 1) * kTileN * kTileM * 4;
-  static constexpr int kSmemBytes = max_int(kPipeBytes, kReduceBytes);
+  static constexpr int kClusterTileBytes = kTileM * kTileN * 4;  // fp32 partial tile [kTileM][kTileN]
+  static constexpr int kSmemBytes = max_int(max_int(kPipeBytes, kReduceBytes), kClusterTileBytes);
   // Resident CTAs per SM on sm_90 (227 KiB of shared memory, 2048 threads): used to size the automatic split-K.
   static constexpr int kCtasPerSm = max_int(1, min_int(232448 / (kSmemBytes + 1024), 2048 / kThreads));
 
@@ -51,7 +52,6 @@ struct Traits {
   static_assert(kWarps % kWarpsN == 0 && (kTileN / 16) % kWarpsN == 0, "warps must divide or be a multiple of tile_n/16");
   static_assert(kKSteps % kWarpsK == 0, "warps along K must divide tile_k/16");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
-  static_assert(!kBulk || kNT, "bulk-copy loads are implemented for NT (W rows contiguous along K) only");
 };
 
 // Runtime arguments of one launch.
@@ -61,10 +61,11 @@ struct Params {
   const T* b;       // NT: [N, K] (ldb); NN: [K, N] (ldb)
   T* d;             // [M, N], row stride ldd
   const T* bias;    // [N] or nullptr
-  float* partials;  // [splits][M][N] fp32 workspace (splits > 1)
+  float* partials;  // [splits][M][N] fp32 workspace (splits > 1 without cluster_reduce)
   int m, n, k;
   long long lda, ldb, ldd;
   int splits, tiles_per_split;
+  bool cluster_reduce;  // the splits of a tile form a cluster (grid y) and reduce in distributed shared memory
 };
 
 // Issues the cp.async copies of K tile `tile` (absolute index) into pipeline stage buffer `stage_smem`.
@@ -96,69 +97,6 @@ __device__ __forceinline__ void load_tile(const Params<T>& p, T* stage_smem, int
     }
   }
 }
-
-// Bulk-copy variant of load_tile, called by warp 0 only: one copy per W row (n < N) and per A row (m < M) of the
-// K tile, all counted on the stage's mbarrier `bar`. A partial last K tile has its missing columns zeroed first
-// (W and A alike: 0 * stale could be NaN); W rows past N and A rows past M stay stale, as they only reach outputs
-// that are never stored.
-template <class T, class Tr>
-__device__ __forceinline__ void bulk_load_tile(const Params<T>& p, T* stage_smem, uint32_t bar, int n0, int tile,
-                                               uint64_t w_policy) {
-  const int lane = threadIdx.x & 31;
-  const int k0 = tile * Tr::kTileK;
-  const int k_valid = min_int(Tr::kTileK, p.k - k0);  // a multiple of 8 (can_implement: K % 8 == 0)
-  const int w_rows = min_int(Tr::kTileN, p.n - n0);
-  T* x_smem = stage_smem + Tr::kWRows * Tr::kWPitch;
-  if (k_valid < Tr::kTileK) {
-    const int tail_chunks = (Tr::kTileK - k_valid) / 8;
-    for (int c = lane; c < (w_rows + p.m) * tail_chunks; c += 32) {
-      const int r = c / tail_chunks, col = k_valid + (c % tail_chunks) * 8;
-      T* row = r < w_rows ? stage_smem + r * Tr::kWPitch : x_smem + (r - w_rows) * Tr::kXPitch;
-      *reinterpret_cast<uint4*>(row + col) = make_uint4(0, 0, 0, 0);
-    }
-  }
-  __syncwarp();  // the zeros are ordered before lane 0's release-arrive
-  const uint32_t row_bytes = static_cast<uint32_t>(k_valid) * sizeof(T);
-  if (lane == 0) mbarrier_arrive_expect_tx(bar, row_bytes * static_cast<uint32_t>(w_rows + p.m));
-  for (int r = lane; r < w_rows; r += 32)
-    bulk_copy_g2s(smem_addr(stage_smem + r * Tr::kWPitch), p.b + (n0 + r) * p.ldb + k0, row_bytes, bar, w_policy);
-  for (int r = lane; r < p.m; r += 32)
-    bulk_copy_g2s(smem_addr(x_smem + r * Tr::kXPitch), p.a + r * p.lda + k0, row_bytes, bar);
-}
-
-// The pipeline's stage protocol for either load path: `issue` starts the loads of a K tile into a stage, `wait`
-// blocks until the tile with pipeline index t (relative to the CTA's first tile) has landed for this thread.
-template <class T, class Tr>
-struct StageLoader {
-  const Params<T>& p;
-  T* smem;
-  uint32_t bars;      // shared address of kStages mbarriers (kBulk)
-  uint64_t w_policy;  // L2 policy of W (kBulk)
-  int n0, tile_begin, x_rows;
-
-  __device__ __forceinline__ void issue(int t) const {
-    T* stage = smem + (t % Tr::kStages) * Tr::kStageElems;
-    if constexpr (Tr::kBulk) {
-      if (threadIdx.x < 32)
-        bulk_load_tile<T, Tr>(p, stage, bars + 8 * (t % Tr::kStages), n0, tile_begin + t, w_policy);
-    } else {
-      load_tile<T, Tr>(p, stage, n0, tile_begin + t, x_rows);
-    }
-  }
-  __device__ __forceinline__ void commit() const {
-    if constexpr (!Tr::kBulk) cp_async_commit();
-  }
-  __device__ __forceinline__ void wait(int t) const {
-    if constexpr (Tr::kBulk) {
-      mbarrier_wait(bars + 8 * (t % Tr::kStages), (t / Tr::kStages) & 1);
-    } else {
-      cp_async_wait<Tr::kStages - 2>();
-    }
-  }
-  __device__ __forceinline__ void drain() const {
-    if constexpr (!Tr::kBulk) cp_async_wait<0>();  // bulk: every issued tile was waited for
-  }
-};
 
 // Register fragments of one k16 step: the warp's W rows (mma A operand) and the active M tiles (B operand).
 template <class Tr>
@@ -278,34 +216,41 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<
   const int num_tiles = min_int(ceil_div(p.k, Tr::kTileK) - tile_begin, p.tiles_per_split);  // >= 1 (host)
   const int m_tiles = ceil_div(p.m, 8);
 
-  __shared__ __align__(8) uint64_t stage_bars[Tr::kBulk ? Tr::kStages : 1];
-  const StageLoader<T, Tr> loader{p, smem, smem_addr(stage_bars), Tr::kBulk ? l2_evict_first_policy() : 0,
-                                  n0, tile_begin, m_tiles * 8};
-  if constexpr (Tr::kBulk) {
-    if (threadIdx.x == 0) {
-      for (int s = 0; s < Tr::kStages; ++s) mbarrier_init(loader.bars + 8 * s, 1);
-    }
-    __syncthreads();
-  }
-
   float acc[Tr::kRowTiles][Tr::kMTiles][4] = {};
 #pragma unroll
   for (int s = 0; s < Tr::kStages - 1; ++s) {
-    if (s < num_tiles) loader.issue(s);
-    loader.commit();
+    if (s < num_tiles) load_tile<T, Tr>(p, smem + s * Tr::kStageElems, n0, tile_begin + s, m_tiles * 8);
+    cp_async_commit();
   }
   pdl_launch_dependents();  // the split-K reduction may get scheduled (it waits for this grid to finish)
   for (int t = 0; t < num_tiles; ++t) {
-    loader.wait(t);
+    cp_async_wait<Tr::kStages - 2>();
     __syncthreads();  // tile t landed for every thread; stage (t - 1) % kStages is free again
-    if (t + Tr::kStages - 1 < num_tiles) loader.issue(t + Tr::kStages - 1);
-    loader.commit();
+    const int next = t + Tr::kStages - 1;
+    if (next < num_tiles)
+      load_tile<T, Tr>(p, smem + (next % Tr::kStages) * Tr::kStageElems, n0, tile_begin + next, m_tiles * 8);
+    cp_async_commit();
     mma_tile<T, Tr>(smem + (t % Tr::kStages) * Tr::kStageElems, acc, wn, wk, m_tiles);
   }
-  loader.drain();
+  cp_async_wait<0>();
   __syncthreads();  // pipeline buffers are reused as reduction scratch
   reduce_warps_k<Tr>(acc, reinterpret_cast<float*>(smem_raw), wn, wk);
 
+  if (p.cluster_reduce) {
+    float* tile = reinterpret_cast<float*>(smem_raw);  // [kTileM][kTileN]: row = m, column = n - n0
+    __syncthreads();  // the warp-reduction scratch has been read
+    if (wk == 0) {
+      for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { tile[m * Tr::kTileN + n - n0] = v; });
+    }
+    cluster_reduce_tile<Tr::kTileN>(tile, p.m, p.splits, [&](int m, int col, float4 sum) {
+      const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (n0 + col + j < p.n) store_output(p, m, n0 + col + j, v[j]);
+      }
+    });
+    return;
+  }
   if (wk != 0) return;
   if (p.splits == 1) {
     for_each_output<Tr>(acc, p.m, p.n, n0, wn, [&](int m, int n, float v) { store_output(p, m, n, v); });

@@ -4,9 +4,11 @@
 //
 // Runtime knobs of cudal2_problem:
 //   splits  : split-K parts (1 = none; 0 = automatic: when the output tiles leave SMs idle, enough parts to give
-//             every SM one CTA, each with at least kMinKTilesPerSplit BK tiles). Clamped to the number of BK tiles;
-//             partials go to the workspace in fp32 and a second kernel on the same stream (launched early with
-//             programmatic dependent launch on sm_90) reduces them in a fixed order (bitwise deterministic).
+//             every SM one CTA, each with at least kMinKTilesPerSplit BK tiles). Clamped to the number of BK tiles.
+//             With 2..kMaxClusterSplits parts on sm_90+, the parts of a tile form a thread-block cluster and reduce
+//             their fp32 partials in distributed shared memory (no workspace, one kernel); otherwise partials go to
+//             the workspace in fp32 and a second kernel on the same stream (launched early with programmatic
+//             dependent launch on sm_90) reduces them. Both sum in split order (bitwise deterministic and equal).
 //   swizzle : threadblock swizzle group: consecutive CTAs walk `swizzle` tiles along the raster dimension before
 //             stepping along the other (0 = the whole dimension).
 //   raster  : 0/1 = consecutive CTAs walk along M (share B tiles), 2 = along N (share A tiles).
@@ -71,11 +73,11 @@ struct Launcher {
     return CUDAL2_OK;
   }
 
-  // fp32 partial tiles [splits][tiles_m*BM][tiles_n*BN] when splitting K, else nothing.
+  // fp32 partial tiles [splits][tiles_m*BM][tiles_n*BN] when splitting K through the workspace, else nothing.
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
     const Plan pl = plan(p);
-    if (pl.splits <= 1) return 0;
+    if (pl.splits <= 1 || cluster_splitk_available(pl.splits)) return 0;
     return size_t(pl.splits) * size_t(pl.tiles_m) * Tr::BM * size_t(pl.tiles_n) * Tr::BN * sizeof(float);
   }
 
@@ -105,7 +107,8 @@ struct Launcher {
     args.b = static_cast<const T*>(p->b);
     args.d = static_cast<T*>(p->d);
     args.bias = static_cast<const T*>(p->bias);
-    args.partials = pl.splits > 1 ? static_cast<float*>(p->workspace) : nullptr;
+    args.cluster_reduce = cluster_splitk_available(pl.splits);
+    args.partials = pl.splits > 1 && !args.cluster_reduce ? static_cast<float*>(p->workspace) : nullptr;
     args.lda = p->lda;
     args.ldb = p->ldb;
     args.ldd = p->ldd;
@@ -124,6 +127,10 @@ struct Launcher {
     if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     const cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
     const dim3 grid(unsigned(pl.tiles_m) * unsigned(pl.tiles_n), 1, unsigned(pl.splits));
+    if (args.cluster_reduce) {
+      return launch_status(launch_clustered(gemm_kernel<Tr>, grid, dim3(Tr::kThreads), Tr::kSmemBytes,
+                                            dim3(1, 1, unsigned(pl.splits)), stream, args));
+    }
     gemm_kernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
     err = cudaGetLastError();
     if (err != cudaSuccess || pl.splits <= 1) return launch_status(err);

@@ -1,12 +1,14 @@
 // Device code of the sm80_cute GEMM family: a CuTe multistage mainloop (16-byte cp.async into swizzled shared
 // memory, ldmatrix, mma.sync m16n8k16 with fp32 accumulation, register double-buffered fragments) and an epilogue
-// staged through shared memory (fused bias, 128-bit stores), or fp32 split-K partials to the caller's workspace.
+// staged through shared memory (fused bias, 128-bit stores); with split-K, the fp32 partials are reduced in a
+// thread-block cluster (cluster_splitk.cuh, sm_90) or written to the caller's workspace.
 // Residues in M, N and K are handled by zero-filling cp.async and predicated stores. Torch-free.
 #ifndef CUDAL2_SM80_CUTE_KERNEL_CUH_
 #define CUDAL2_SM80_CUTE_KERNEL_CUH_
 
 #include <cstdint>
 
+#include "cudal2/cluster_splitk.cuh"
 #include "cudal2/pdl.cuh"
 #include "cudal2/sm80_cute_traits.cuh"
 
@@ -19,12 +21,13 @@ struct GemmParams {
   const T* b;          // NN: [K, N] row stride ldb; NT: [N, K] row stride ldb
   T* d;                // [M, N], row stride ldd (unused when splitting K)
   const T* bias;       // [N] or nullptr (applied by the split-K reduction when splitting K)
-  float* partials;     // split-K: [splits][tiles_m*BM][partials_ld] fp32; nullptr otherwise
+  float* partials;     // workspace split-K: [splits][tiles_m*BM][partials_ld] fp32; nullptr otherwise
   int64_t lda, ldb, ldd;
   int m, n, k;
   int tiles_m, tiles_n;
   int k_tiles_per_split;  // BK-wide K tiles each blockIdx.z handles
-  int splits;             // gridDim.z; > 1 writes fp32 partials instead of D
+  int splits;             // gridDim.z; > 1 reduces fp32 partials (in the cluster or through the workspace)
+  bool cluster_reduce;    // the splits of a tile form a cluster along z and reduce in distributed shared memory
   int partials_ld;        // tiles_n*BN
   int group;              // threadblock swizzle: CTAs walk `group` tiles along the raster dimension, 0 = all
   int raster_n;           // 1: consecutive CTAs walk along N (share A tiles); 0: along M (share B tiles)
@@ -71,6 +74,35 @@ __device__ inline void copy_tile_residue(const SrcTensor& src, DstTensor& dst, c
       cp_async_zfill(&dst(0, i, j), from, valid * int(sizeof(T)));
     }
   }
+}
+
+// Sums the cluster's fp32 partial tiles (cluster_reduce_tile) of the output tile at (m0, n0) and stores them with
+// bias as T into d [m, n]. Kept out of line (scalar arguments: no local copy of the launch parameters) so that the
+// mainloop's register allocation does not have to accommodate it.
+template <class Tr, class T>
+__device__ __noinline__ void store_cluster_reduced(const float* tile, T* d, const T* bias, int64_t ldd, int m, int n,
+                                                   int splits, int m0, int n0) {
+  constexpr int BM = Tr::BM, BN = Tr::BN;
+  cluster_reduce_tile<BN>(tile, min(BM, m - m0), splits, [&](int r, int c, float4 sum) {
+    const int gn = n0 + c;
+    if (gn >= n) return;
+    const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+    alignas(8) T out[4];
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const float b = (bias != nullptr && gn + j < n) ? static_cast<float>(bias[gn + j]) : 0.f;
+      out[j] = static_cast<T>(v[j] + b);
+    }
+    T* dst = d + int64_t(m0 + r) * ldd + gn;
+    if (gn + 4 <= n) {
+      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(out);
+    } else {
+      CUTE_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        if (gn + j < n) dst[j] = out[j];
+      }
+    }
+  });
 }
 
 // One CTA computes a BM x BN output tile over its split's K range.
@@ -191,6 +223,14 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
   }
   cp_async_wait<0>();
 
+  if (p.cluster_reduce) {
+    __syncthreads();  // every warp is done reading the pipeline's shared memory
+    float* tile = reinterpret_cast<float*>(smem);
+    Tensor tCsW = thr_mma.partition_C(make_tensor(make_smem_ptr(tile), Shape<Int<BM>, Int<BN>>{}, LayoutRight{}));
+    copy(acc, tCsW);
+    store_cluster_reduced<Tr>(tile, p.d, p.bias, p.ldd, p.m, p.n, p.splits, m0, n0);
+    return;
+  }
   if (p.splits > 1) {
     // fp32 partial tile (tile-padded, so no predicates) for the deterministic split-K reduction.
     const Tensor gW = make_tensor(

@@ -88,8 +88,8 @@ struct GemmTraits {
 
   static constexpr size_t kPipelineSmemBytes = (cosize(SmemLayoutA{}) + cosize(SmemLayoutB{})) * sizeof(T);
   static constexpr size_t kEpilogueSmemBytes = cosize(SmemLayoutC{}) * sizeof(T);
-  static constexpr size_t kSmemBytes =
-      kPipelineSmemBytes > kEpilogueSmemBytes ? kPipelineSmemBytes : kEpilogueSmemBytes;
+  static constexpr size_t kClusterTileBytes = size_t(BM) * BN * sizeof(float);  // fp32 partial tile (cluster split-K)
+  static constexpr size_t kSmemBytes = cute::max(cute::max(kPipelineSmemBytes, kEpilogueSmemBytes), kClusterTileBytes);
 };
 
 }  // namespace cudal2::sm80
