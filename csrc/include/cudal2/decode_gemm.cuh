@@ -3,9 +3,11 @@
 //
 // Runtime knobs: `splits` = split-K parts (0 = automatic: enough CTAs for one resident wave on p->sm_count SMs,
 // with the fp32 partials no larger than the weight; always clamped to the number of K tiles);
-// `swizzle` and `raster` are ignored. With 2..kMaxClusterSplits splits on sm_90+, the split CTAs of a tile form a
-// cluster and reduce in distributed shared memory (no workspace); with more splits (or before sm_90) the partials
-// go to the workspace and a second small kernel on the same stream reduces them in split order.
+// `swizzle` and `raster` are ignored. With 2..kMaxClusterSplits splits on sm_90+ and a grid that fills at most a
+// quarter of the resident CTA slots, the split CTAs of a tile form a cluster and reduce in distributed shared memory
+// (no workspace, no second kernel); otherwise the partials go to the workspace and a second small kernel on the same
+// stream reduces them in split order. (Measured on an H200: clusters gain ~1.5% on such small grids but cost 10-14%
+// on grids near or above one wave, where co-scheduling 8 large-smem CTAs per GPC leaves SMs idle.)
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
 // A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory.
 // D and bias have no alignment requirement.
@@ -61,11 +63,17 @@ struct DecodeGemm {
     return ceil_div(k_tiles, ceil_div(k_tiles, s));
   }
 
-  // Workspace bytes: none without split-K, else the fp32 partials [splits][M][N].
+  // Whether the `s` split-K parts of `p` are reduced in a thread-block cluster (see the header comment).
+  static bool cluster_reduce(const cudal2_problem* p, int s) {
+    const long long ctas = static_cast<long long>(ceil_div(static_cast<int>(p->n), Tr::kTileN)) * s;
+    return 4 * ctas <= static_cast<long long>(max_int(1, p->sm_count)) * Tr::kCtasPerSm && cluster_splitk_available(s);
+  }
+
+  // Workspace bytes: none without split-K or with the cluster reduction, else the fp32 partials [splits][M][N].
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
     const int s = splits(p);
-    if (s == 1 || cluster_splitk_available(s)) return 0;
+    if (s == 1 || cluster_reduce(p, s)) return 0;
     return static_cast<size_t>(s) * p->m * p->n * sizeof(float);
   }
 
@@ -94,7 +102,7 @@ struct DecodeGemm {
     args.ldd = p->ldd;
     args.splits = s;
     args.tiles_per_split = ceil_div(k_tiles, s);
-    args.cluster_reduce = cluster_splitk_available(s);
+    args.cluster_reduce = cluster_reduce(p, s);
 
     auto kernel = decode_gemm_kernel<T, Tr>;
     if (Tr::kSmemBytes > 48 * 1024) {
