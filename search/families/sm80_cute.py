@@ -3,8 +3,9 @@
 The A100 workhorse, also kept for small problems on H100 where lightweight kernels beat the TMA/WGMMA ones. The
 device code lives in `csrc/include/cudal2/sm80_cute*.cuh`; a generated kernel is one `CUDAL2_SM80_CUTE_KERNEL`
 instantiation. Compile-time parameters: tile_m x tile_n x tile_k, warps, stages, dtype, layout. Runtime knobs:
-`splits` (deterministic split-K through the workspace; 0 = automatic, splitting K when the output tiles leave SMs
-idle), `swizzle` (CTA group size), `raster` (1 = M, 2 = N);
+`splits` (deterministic split-K: 2-8 parts reduce inside a thread-block cluster on sm_90, more parts or older GPUs
+through the workspace; 0 = automatic, splitting K when the output tiles leave SMs idle), `swizzle` (CTA group size),
+`raster` (1 = M, 2 = N);
 `knob_grid` lists the variants the sweep times.
 """
 from __future__ import annotations

@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cudal2/device_caps.h"
+
 namespace cudal2 {
 
 // Largest split count reduced in a cluster: the portable cluster size.
@@ -76,10 +78,7 @@ __device__ __forceinline__ void cluster_reduce_tile(const float* tile, int rows,
 
 // Whether `splits` K parts can be reduced in a cluster on the current device (sm_90+, 2..kMaxClusterSplits).
 inline bool cluster_splitk_available(int splits) {
-  if (splits < 2 || splits > kMaxClusterSplits) return false;
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+  return splits >= 2 && splits <= kMaxClusterSplits && current_device_major() >= 9;
 }
 
 // Enqueues kernel<<<grid, block, smem_bytes, stream>>>(args...) with thread-block clusters of `cluster` CTAs.

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cudal2/device_caps.h"
+
 namespace cudal2 {
 
 // Lets the next kernel on the stream be scheduled once every CTA of this grid has called it (no-op before sm_90).
@@ -28,10 +30,8 @@ __device__ __forceinline__ void pdl_wait_prerequisites() {
 template <class... Params, class... Args>
 cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
                                 Args&&... args) {
-  int device = 0, major = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err != cudaSuccess) return err;
+  const int major = current_device_major();
+  if (major == 0) return cudaErrorInvalidDevice;
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
