@@ -40,6 +40,8 @@ class HgemmConfig:
     tile_m/tile_n/tile_k: CTA tile. stages: pipeline depth (0 = the family's automatic choice).
     cluster_m/cluster_n: thread-block cluster (sm90). schedule: "coop" | "pingpong" (sm90).
     scheduler: "persistent" | "streamk" (sm90). warps: warps per CTA (sm80, decode).
+    swap_ab: compute D^T = B A^T so that the weight rows tile CUTLASS's M and the small M its N (sm90, NT only):
+    tile_m then counts weight rows and tile_n rows of A.
     """
 
     family: str
@@ -54,6 +56,7 @@ class HgemmConfig:
     schedule: str = ""
     scheduler: str = ""
     warps: int = 0
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -75,6 +78,8 @@ class HgemmConfig:
             parts.append(self.schedule)
         if self.scheduler:
             parts.append(self.scheduler)
+        if self.swap_ab:
+            parts.append("swap")
         return "_".join(parts)
 
     @property
@@ -104,6 +109,8 @@ class HgemmConfig:
                 fields["schedule"] = token
             elif token in ("persistent", "streamk"):
                 fields["scheduler"] = token
+            elif token == "swap":
+                fields["swap_ab"] = True
             else:
                 raise ValueError(f"kernel name {name!r}: unknown part {token!r}")
         cfg = cls(**fields)

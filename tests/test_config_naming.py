@@ -9,6 +9,7 @@ from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
     HgemmConfig("sm90_tma_ws", "fp16", "nn", 128, 128, 64, cluster_n=2, schedule="pingpong", scheduler="persistent"),
     HgemmConfig("sm80_cute", "bf16", "nn", 64, 64, 32, stages=3, warps=4),
     HgemmConfig("decode", "fp16", "nt", 8, 64, 256, stages=4, warps=4),
+    HgemmConfig("sm90_tma_ws", "bf16", "nt", 64, 16, 128, schedule="pingpong", scheduler="persistent", swap_ab=True),
 ])
 def test_name_round_trip(cfg):
     assert HgemmConfig.from_name(cfg.name) == cfg

@@ -45,6 +45,7 @@ def test_defaults_cover_every_m_on_sm80_and_sm90():
     (dict(tile_m=64, tile_n=256, tile_k=256, stages=8), "shared memory"),
     (dict(cluster_n=2), "sm90_tma_ws fields"),
     (dict(schedule="coop"), "sm90_tma_ws fields"),
+    (dict(swap_ab=True), "sm90_tma_ws fields"),
 ])
 def test_infeasible_configs_are_rejected_with_a_reason(overrides, reason):
     ok, why = decode.feasible(cfg(**overrides), 90)

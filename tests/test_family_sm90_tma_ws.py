@@ -35,6 +35,8 @@ def test_defaults_feasible(cfg: HgemmConfig) -> None:
     variant(tile_n=112, scheduler="streamk", cluster_m=1),
     variant(tile_k=32, stages=6),
     variant(tile_m=128, tile_n=16, cluster_m=2, cluster_n=2),
+    variant(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", cluster_m=1, swap_ab=True),
+    variant(tile_m=128, tile_n=8, tile_k=128, cluster_m=1, scheduler="streamk", swap_ab=True),
 ], ids=lambda c: c.name)
 def test_accepts_good(cfg: HgemmConfig) -> None:
     assert fam.feasible(cfg, 90) == (True, "")
@@ -58,6 +60,9 @@ def test_accepts_good(cfg: HgemmConfig) -> None:
     (variant(schedule=""), 90, "schedule"),
     (variant(scheduler="splitk"), 90, "scheduler"),
     (variant(warps=8), 90, "warps"),
+    (variant(tile_n=8), 90, "multiple of 16"),
+    (variant(tile_n=16, swap_ab=True, layout="nn"), 90, "nt layout"),
+    (variant(tile_n=12, swap_ab=True), 90, "multiple of 8"),
     (HgemmConfig("sm80_cute", "fp16", "nt", 128, 128, 32, stages=3, warps=4), 90, "family"),
 ])
 def test_rejects_bad(cfg: HgemmConfig, arch: int, why: str) -> None:
@@ -83,6 +88,15 @@ def test_render_is_deterministic_and_complete() -> None:
         assert "torch" not in text
 
 
+def test_swapped_operands_render_and_default_set() -> None:
+    """Swapped kernels pass SwapAB = true to the template; each dtype has some for nn.Linear at small M."""
+    swapped = [c for c in fam.default_configs() if c.swap_ab]
+    assert {c.dtype for c in swapped} == {"fp16", "bf16"} and {c.layout for c in swapped} == {"nt"}
+    assert all(c.tile_n <= 32 and c.name.endswith("_swap") for c in swapped)
+    assert fam.gemm_type(swapped[0]).endswith(", 0, true>")
+    assert fam.gemm_type(BASE).endswith(", 0>")
+
+
 def test_render_refuses_infeasible() -> None:
     with pytest.raises(ValueError, match="not feasible"):
         codegen.render(variant(tile_k=256))
@@ -90,7 +104,7 @@ def test_render_refuses_infeasible() -> None:
 
 def test_names_round_trip_and_default_set() -> None:
     configs = fam.default_configs()
-    assert 8 <= len(configs) <= 20  # each (two CUTLASS GEMMs) costs about 80 s of nvcc on one of CI's 2 cores
+    assert 8 <= len(configs) <= 26  # each (two CUTLASS GEMMs) costs about 80 s of nvcc on one of CI's 2 cores
     assert len({c.name for c in configs}) == len(configs)
     assert {(c.dtype, c.layout) for c in configs} == {(d, l) for d in ("fp16", "bf16") for l in ("nn", "nt")}
     for cfg in configs:

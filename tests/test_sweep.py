@@ -18,6 +18,12 @@ def test_problems_put_reference_shapes_first_then_smallest():
     assert len(set(probs)) == len(probs)
 
 
+def test_problems_max_m_keeps_only_small_m():
+    probs = sweep.problems(sample=20, seed=0, max_log2_mnk=21, llm_max_m=64, llm_dtypes=("fp16",))
+    small = sweep.problems(sample=20, seed=0, max_log2_mnk=21, llm_max_m=64, llm_dtypes=("fp16",), max_m=64)
+    assert small == [p for p in probs if p[2] <= 64] and len(small) < len(probs)
+
+
 def test_family_summary_uses_each_familys_best_correct_time():
     info = {"a1": {"family": "a"}, "a2": {"family": "a"}, "b1": {"family": "b"}}
     rows = [{"baseline_us": 10.0, "candidates": [{"kernel": "a1", "us": 5.0, "correct": True},

@@ -60,8 +60,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"family {cfg.family!r} is not {FAMILY}"
     if not SM_MIN <= arch <= SM_MAX:
         return False, f"decode kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
-    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler:
-        return False, "clusters, schedule and scheduler are sm90_tma_ws fields; leave them at their defaults"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab:
+        return False, "clusters, schedule, scheduler and swap_ab are sm90_tma_ws fields; leave them at their defaults"
     if cfg.tile_m not in TILE_M:
         return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"
     if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):

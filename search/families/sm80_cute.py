@@ -57,8 +57,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"warps {cfg.warps} not in {WARPS}"
     if cfg.stages not in STAGES:
         return False, f"stages {cfg.stages} not in 2..6"
-    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler:
-        return False, "clusters, schedules and tile schedulers are sm90_tma_ws parameters"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab:
+        return False, "clusters, schedules, tile schedulers and swapped operands are sm90_tma_ws parameters"
     threads = 32 * cfg.warps
     wm, wn = warp_grid(cfg)
     if cfg.tile_m % (MMA_M * wm) or cfg.tile_n % (MMA_N * wn):

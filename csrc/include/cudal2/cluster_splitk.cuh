@@ -81,25 +81,6 @@ inline bool cluster_splitk_available(int splits) {
   return splits >= 2 && splits <= kMaxClusterSplits && current_device_major() >= 9;
 }
 
-// Enqueues kernel<<<grid, block, smem_bytes, stream>>>(args...) with thread-block clusters of `cluster` CTAs.
-template <class... Params, class... Args>
-cudaError_t launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, dim3 cluster,
-                             cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cluster.x;
-  attr.val.clusterDim.y = cluster.y;
-  attr.val.clusterDim.z = cluster.z;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...);
-}
-
 }  // namespace cudal2
 
 #endif  // CUDAL2_CLUSTER_SPLITK_CUH_

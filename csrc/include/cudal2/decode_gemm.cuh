@@ -19,6 +19,7 @@
 
 #include "cudal2/decode_kernel.cuh"
 #include "cudal2/kernel_export.h"
+#include "cudal2/launch.cuh"
 
 namespace cudal2 {
 namespace decode {
@@ -110,17 +111,15 @@ struct DecodeGemm {
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
       if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     }
-    if (args.cluster_reduce) {
-      return launch_status(launch_clustered(kernel, dim3(n_tiles, s), dim3(Tr::kThreads), Tr::kSmemBytes,
-                                            dim3(1, s, 1), stream, args));
-    }
-    kernel<<<dim3(n_tiles, s), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess || s == 1) return launch_status(err);
+    LaunchSpec gemm{dim3(n_tiles, s), dim3(Tr::kThreads), Tr::kSmemBytes};
+    if (args.cluster_reduce) gemm.cluster = dim3(1, s, 1);
+    gemm.programmatic = pdl_allowed();
+    const cudaError_t err = launch_kernel(kernel, gemm, stream, args);
+    if (err != cudaSuccess || s == 1 || args.cluster_reduce) return launch_status(err);
     // The reduction's launch overlaps the GEMM (programmatic dependent launch on sm_90+; it waits for the GEMM).
-    const unsigned blocks = static_cast<unsigned>((p->m * p->n + 255) / 256);
-    return launch_status(
-        launch_programmatic(decode_splitk_reduce_kernel<T>, dim3(blocks), dim3(256), stream, args));
+    LaunchSpec reduce{dim3(static_cast<unsigned>((p->m * p->n + 255) / 256)), dim3(256)};
+    reduce.programmatic = true;
+    return launch_status(launch_kernel(decode_splitk_reduce_kernel<T>, reduce, stream, args));
   }
 };
 

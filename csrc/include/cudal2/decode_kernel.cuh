@@ -217,12 +217,15 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<
   const int m_tiles = ceil_div(p.m, 8);
 
   float acc[Tr::kRowTiles][Tr::kMTiles][4] = {};
+  // Launched with PDL, the CTA may start while the preceding kernel finishes: wait for it before touching memory it
+  // may write (activations, weight, workspace, output).
+  pdl_wait_prerequisites();
 #pragma unroll
   for (int s = 0; s < Tr::kStages - 1; ++s) {
     if (s < num_tiles) load_tile<T, Tr>(p, smem + s * Tr::kStageElems, n0, tile_begin + s, m_tiles * 8);
     cp_async_commit();
   }
-  pdl_launch_dependents();  // the split-K reduction may get scheduled (it waits for this grid to finish)
+  pdl_launch_dependents();  // the next kernel (split-K reduction, next GEMM) may get scheduled; it waits for this grid
   for (int t = 0; t < num_tiles; ++t) {
     cp_async_wait<Tr::kStages - 2>();
     __syncthreads();  // tile t landed for every thread; stage (t - 1) % kStages is free again

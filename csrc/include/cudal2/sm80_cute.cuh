@@ -23,7 +23,7 @@
 #include <type_traits>
 
 #include "cudal2/kernel_export.h"
-#include "cudal2/pdl.cuh"
+#include "cudal2/launch.cuh"
 #include "cudal2/sm80_cute_kernel.cuh"
 #include "cudal2/sm80_splitk_reduce.cuh"
 
@@ -128,8 +128,9 @@ struct Launcher {
     const cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
     const dim3 grid(unsigned(pl.tiles_m) * unsigned(pl.tiles_n), 1, unsigned(pl.splits));
     if (args.cluster_reduce) {
-      return launch_status(launch_clustered(gemm_kernel<Tr>, grid, dim3(Tr::kThreads), Tr::kSmemBytes,
-                                            dim3(1, 1, unsigned(pl.splits)), stream, args));
+      LaunchSpec spec{grid, dim3(Tr::kThreads), Tr::kSmemBytes};
+      spec.cluster = dim3(1, 1, unsigned(pl.splits));
+      return launch_status(launch_kernel(gemm_kernel<Tr>, spec, stream, args));
     }
     gemm_kernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
     err = cudaGetLastError();
@@ -138,9 +139,11 @@ struct Launcher {
     const int64_t chunks = p->m * ((p->n + 7) / 8);
     const unsigned blocks = unsigned((chunks + kReduceThreads - 1) / kReduceThreads);
     const int64_t split_stride = int64_t(pl.tiles_m) * Tr::BM * args.partials_ld;
-    return launch_status(launch_programmatic(splitk_reduce_kernel<T>, dim3(blocks), dim3(kReduceThreads), stream,
-                                             static_cast<const float*>(args.partials), pl.splits, split_stride,
-                                             args.partials_ld, args.bias, args.d, int64_t(p->ldd), args.m, args.n));
+    LaunchSpec reduce{dim3(blocks), dim3(kReduceThreads)};
+    reduce.programmatic = true;  // overlaps the GEMM's tail; waits for it (always on: see launch.cuh)
+    return launch_status(launch_kernel(splitk_reduce_kernel<T>, reduce, stream,
+                                       static_cast<const float*>(args.partials), pl.splits, split_stride,
+                                       args.partials_ld, args.bias, args.d, int64_t(p->ldd), args.m, args.n));
   }
 };
 

@@ -25,7 +25,6 @@
 
 #include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <type_traits>
 
 // Grid-dependency control (griddepcontrol.wait / launch_dependents) in CUTLASS's sm90 kernels; no-ops unless the
@@ -52,6 +51,7 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 
 #include "cudal2/kernel_export.h"
+#include "cudal2/launch.cuh"
 
 namespace cudal2 {
 namespace sm90 {
@@ -98,31 +98,26 @@ inline cutlass::gemm::kernel::detail::RasterOrderOptions raster_of(int raster) {
   return raster == 1 ? R::AlongM : raster == 2 ? R::AlongN : R::Heuristic;
 }
 
-// False when CUDAL2_DISABLE_PDL=1 (read once). Only kernels built with grid-dependency control, whose loads wait for
-// the preceding grid, may launch with PDL: launch() also checks CUDAL2_SM90_GDC (each configuration is instantiated
-// in one translation unit, so the macro is consistent for it; this function must not depend on the macro).
-inline bool pdl_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("CUDAL2_DISABLE_PDL");
-    return v == nullptr || v[0] == '\0' || v[0] == '0';
-  }();
-  return allowed;
-}
-
-// Epilogue fusion of one CUTLASS GEMM: D = acc + bias[n] (fp32, rounded once), or D = acc.
-template <class Element, bool kBias>
+// Epilogue fusion of one CUTLASS GEMM: D = acc + bias (fp32, rounded once; bias[n] runs along CUTLASS's N, or
+// along its M when the operands are swapped), or D = acc.
+template <class Element, bool kBias, bool kSwapAB>
 using EpilogueFusion = std::conditional_t<
-    kBias, cutlass::epilogue::fusion::LinCombPerColBias<Element, float, Element, Element, float>,
+    kBias,
+    std::conditional_t<kSwapAB, cutlass::epilogue::fusion::LinCombPerRowBias<Element, float, Element, Element, float>,
+                       cutlass::epilogue::fusion::LinCombPerColBias<Element, float, Element, Element, float>>,
     cutlass::epilogue::fusion::ScaledAcc<Element, float, float>>;
 
 // One CUTLASS GEMM of the family (with or without the bias epilogue). `Stages` == 0 lets CUTLASS fill the shared
-// memory left after the epilogue.
+// memory left after the epilogue. With `SwapAB` (NT only) CUTLASS computes D^T = B A^T: the weight B [N, K] is its
+// A operand (tiles of TileM weight rows), A [M, K] its B operand (TileN rows of the small M), and D^T [N, M] is
+// column-major, i.e. D row-major. That puts a small M (LLM decode) on WGMMA's narrow N side.
 template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
-          TileScheduler Tiles, int Stages, bool kBias>
+          TileScheduler Tiles, int Stages, bool SwapAB, bool kBias>
 struct TmaWsGemmImpl {
   static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
                 "sm90_tma_ws supports fp16 and bf16");
   static_assert(Layout == CUDAL2_NN || Layout == CUDAL2_NT, "unknown layout");
+  static_assert(!SwapAB || Layout == CUDAL2_NT, "swapped operands are built for the NT layout only");
   static_assert(Tiles == TileScheduler::kPersistent || Sched == Schedule::kCooperative,
                 "CUTLASS's stream-K scheduler needs the cooperative schedule");
   static_assert(Tiles == TileScheduler::kPersistent || !CUDAL2_SM90_GDC,
@@ -130,12 +125,12 @@ struct TmaWsGemmImpl {
 
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = std::conditional_t<Layout == CUDAL2_NN, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
-  using LayoutD = cutlass::layout::RowMajor;
+  using LayoutD = std::conditional_t<SwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using Accumulator = float;
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using Tags = ScheduleTags<Sched>;
-  using Fusion = EpilogueFusion<Element, kBias>;
+  using Fusion = EpilogueFusion<Element, kBias, SwapAB>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -163,19 +158,29 @@ struct TmaWsGemmImpl {
   // CUTLASS arguments for the problem (strides from the leading dimensions; batch count 1).
   static Arguments arguments(const cudal2_problem* p) {
     using cute::_1;
-    typename Kernel::StrideA stride_a = cute::make_stride(p->lda, _1{}, p->m * p->lda);
-    typename Kernel::StrideB stride_b;
-    if constexpr (Layout == CUDAL2_NN) {
-      stride_b = cute::make_stride(_1{}, p->ldb, p->k * p->ldb);
-    } else {
-      stride_b = cute::make_stride(p->ldb, _1{}, p->n * p->ldb);
-    }
-    typename Kernel::StrideD stride_d = cute::make_stride(p->ldd, _1{}, p->m * p->ldd);
-
+    const auto* a = static_cast<const Element*>(p->a);
+    const auto* b = static_cast<const Element*>(p->b);
     Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    args.problem_shape = {static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k), 1};
-    args.mainloop = {static_cast<const Element*>(p->a), stride_a, static_cast<const Element*>(p->b), stride_b};
+    typename Kernel::StrideD stride_d;
+    if constexpr (SwapAB) {  // CUTLASS's A = weight [N, K], B = activations [M, K] (K-major), D^T column-major
+      typename Kernel::StrideA stride_w = cute::make_stride(p->ldb, _1{}, p->n * p->ldb);
+      typename Kernel::StrideB stride_x = cute::make_stride(p->lda, _1{}, p->m * p->lda);
+      stride_d = cute::make_stride(_1{}, p->ldd, p->m * p->ldd);
+      args.problem_shape = {static_cast<int>(p->n), static_cast<int>(p->m), static_cast<int>(p->k), 1};
+      args.mainloop = {b, stride_w, a, stride_x};
+    } else {
+      typename Kernel::StrideA stride_a = cute::make_stride(p->lda, _1{}, p->m * p->lda);
+      typename Kernel::StrideB stride_b;
+      if constexpr (Layout == CUDAL2_NN) {
+        stride_b = cute::make_stride(_1{}, p->ldb, p->k * p->ldb);
+      } else {
+        stride_b = cute::make_stride(p->ldb, _1{}, p->n * p->ldb);
+      }
+      stride_d = cute::make_stride(p->ldd, _1{}, p->m * p->ldd);
+      args.problem_shape = {static_cast<int>(p->m), static_cast<int>(p->n), static_cast<int>(p->k), 1};
+      args.mainloop = {a, stride_a, b, stride_b};
+    }
     args.epilogue.thread.alpha = 1.0f;
     if constexpr (kBias) {
       args.epilogue.thread.beta = 0.0f;
@@ -216,18 +221,21 @@ struct TmaWsGemmImpl {
     Gemm gemm;
     if (gemm.initialize(args, p->workspace, stream) != cutlass::Status::kSuccess) return CUDAL2_LAUNCH_FAILED;
     // run() checks the launch with cudaGetLastError itself.
-    const bool pdl = CUDAL2_SM90_GDC && pdl_allowed();
+    // Only kernels built with grid-dependency control (loads wait for the preceding grid) may launch with PDL.
+    const bool pdl = CUDAL2_SM90_GDC && cudal2::pdl_allowed();
     return gemm.run(stream, nullptr, pdl) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
   }
 };
 
 // One kernel of the family as the C ABI sees it: the bias and bias-free GEMMs of one configuration, picked per call.
 template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
-          TileScheduler Tiles, int Stages>
+          TileScheduler Tiles, int Stages, bool SwapAB = false>
 struct TmaWsGemm {
   static constexpr int kDtype = std::is_same_v<Element, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
-  using WithBias = TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, true>;
-  using NoBias = TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, false>;
+  using WithBias =
+      TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, SwapAB, true>;
+  using NoBias =
+      TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, SwapAB, false>;
 
   // ABI can_implement: common checks, TMA alignment, int32 extents, then CUTLASS's own can_implement.
   static cudal2_status can_implement(const cudal2_problem* p) {
