@@ -7,6 +7,7 @@ cuBLASLt beyond noise). Under a kernel budget, the kernels with the largest tota
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -84,6 +85,11 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
     return {**sweeps[-1], "run_id": "+".join(s["run_id"] for s in sweeps), "rows": list(rows.values())}
 
 
+def read_sweep(path: Path) -> dict:
+    """A sweep results file, plain JSON or gzip-compressed (.gz, as older sweeps are committed)."""
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+
+
 def table_path(root: Path, env: dict) -> Path:
     """kernels/<arch_dir>/<gpu_slug>.json for the sweep's GPU."""
     return root / arch_dir(tuple(env["capability"])) / f"{gpu_slug(env['gpu_name'])}.json"
@@ -92,12 +98,13 @@ def table_path(root: Path, env: dict) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("sweeps", type=Path, nargs="+",
-                        help="sweep results files (python -m search.sweep) of one GPU; later ones win per problem")
+                        help="sweep results files (python -m search.sweep; .json or .json.gz) of one GPU; later ones "
+                             "win per problem")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent / "kernels")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     parser.add_argument("--kernel-budget", type=int, default=DEFAULT_KERNEL_BUDGET)
     args = parser.parse_args(argv)
-    sweep = merge_sweeps([json.loads(path.read_text()) for path in args.sweeps])
+    sweep = merge_sweeps([read_sweep(path) for path in args.sweeps])
     table = build_table(sweep, args.margin, args.kernel_budget)
     path = table_path(args.root, sweep["environment"])
     write_if_changed(path, json.dumps(table, indent=1, sort_keys=True) + "\n")

@@ -1,5 +1,6 @@
 """Table selection from sweep rows: only correct kernels that beat the baseline by the margin, under a budget."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,16 @@ def test_sweeps_of_different_gpus_do_not_merge():
     with pytest.raises(ValueError, match="different GPUs"):
         table_select.merge_sweeps([{"run_id": "x", "environment": ENV, "rows": []},
                                    {"run_id": "y", "environment": other, "rows": []}])
+
+
+def test_committed_table_is_reproduced_from_its_sweeps(tmp_path):
+    """The H200 table is exactly what table_select builds from the committed sweeps its header names (plain and
+    gzipped files), so no entry is hand-edited."""
+    root = Path(__file__).resolve().parent.parent
+    results = root / "benchmarks" / "results" / "nvidia_h200"
+    sweeps = [results / "sweep_2026-11-23_cc51879.json", results / "sweep_small_m_2026-11-23_be3d17d.json.gz"]
+    assert table_select.main([*map(str, sweeps), "--root", str(tmp_path)]) == 0
+    built = json.loads((tmp_path / "sm90" / "nvidia_h200.json").read_text())
+    committed = json.loads((root / "kernels" / "sm90" / "nvidia_h200.json").read_text())
+    assert built == committed
+    assert committed["header"]["search_run"] == "+".join(table_select.read_sweep(p)["run_id"] for p in sweeps)
