@@ -3,8 +3,8 @@
 For each problem (a stratified G1000 sample, the small G1000 shapes, NT and NN, and LLM decode shapes): the
 cuBLASLt-autotune baseline and every kernel of matching dtype/layout that accepts the problem are checked against
 the fp32 reference, then timed in kernel mode (CUDA-graph replay, the benchmark suite's timer) in the same process
-on the same inputs, first with default runtime knobs (splits = swizzle = raster = 0). Then the KNOB_TOP fastest
-correct kernels, and the fastest of every other family (so that each family's best figure is at its best knobs, e.g.
+on the same inputs (warm L2; with --cold-weights rotating over input sets larger than the L2, as LLM decode sees),
+first with default runtime knobs (splits = swizzle = raster = 0). Then the KNOB_TOP fastest correct kernels, and the fastest of every other family (so that each family's best figure is at its best knobs, e.g.
 split-K for a small-tile kernel behind another family's default), are timed again under each variant of their
 family's `knob_grid` (swizzle and raster order for
 L2 locality, split-K / stream-K decompositions), each variant checked against the reference first; variants a
@@ -18,7 +18,7 @@ to 6 split counts; decode up to 6). On the H200 (`sweep_2026-11-23_cc51879.json`
 fit in a 285 s budget, hence the 600 s default budget.
 
     python -m search.sweep --out sweep.json [--sample 100] [--max-log2-mnk 24] [--llm-max-m 64] [--budget-s 600]
-        [--max-m 64]
+        [--max-m 64] [--cold-weights]
     python -m search.table_select sweep.json [later_sweep.json ...]    # -> kernels/<arch_dir>/<gpu_slug>.json
 """
 from __future__ import annotations
@@ -38,6 +38,7 @@ import cudal2_ops
 from benchmarks import env as bench_env
 from benchmarks import shapes as bench_shapes
 from benchmarks import timing
+from benchmarks.decode_bandwidth import bytes_per_call, cold_set_count, l2_bytes
 from build_tools.kernel_lib import CUTLASS_PIN
 from cudal2_ops._extension import _C
 from cudal2_ops.correctness import checks
@@ -47,6 +48,9 @@ from search.families import family_module
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PROTOCOL = "kernel mode: CUDA-graph replay of R calls, CUDA events, median of >= 5 replays; warm L2; same inputs"
+COLD_MAX_SETS = 64  # smaller problems are launch-bound; more sets only lengthen every replay's capture
+PROTOCOL_COLD = PROTOCOL.replace("warm L2; same inputs", "cold weights: calls rotate over input sets totalling more "
+                                 f"than 4x the L2, at most {COLD_MAX_SETS} (baseline and candidates on the same sets)")
 KNOB_TOP = 2  # kernels per problem whose runtime knob grid is explored
 
 
@@ -101,11 +105,12 @@ def fastest(cands: list[dict], count: int) -> list[dict]:
     return sorted((c for c in cands if c["correct"] and c.get("us")), key=lambda c: c["us"])[:count]
 
 
-def time_call(call, target_ms: float = 1.0) -> float:
-    """Median per-call GPU time (us) of `call` in kernel mode, with replays of about `target_ms`."""
-    call()
-    est = timing.estimate_ms(lambda i: call(), 1)
-    return timing.kernel_mode(lambda i: call(), 1, est, target_ms=target_ms)["median_us"]
+def time_call(call, n_sets: int = 1, target_ms: float = 1.0) -> float:
+    """Median per-call GPU time (us) of `call(i)` (runs on input set i) in kernel mode, rotating over `n_sets` sets,
+    with replays of about `target_ms`."""
+    call(0)
+    est = timing.estimate_ms(call, n_sets)
+    return timing.kernel_mode(call, n_sets, est, target_ms=target_ms)["median_us"]
 
 
 @dataclasses.dataclass
@@ -118,15 +123,29 @@ class ProblemRun:
     out: torch.Tensor
     ref: torch.Tensor
     tol: float
+    extra_sets: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()  # more (a, b) for cold-weight timing
 
     @classmethod
-    def random(cls, layout: str, dtype: str, m: int, n: int, k: int) -> "ProblemRun":
-        """Random normal operands on the GPU, with the relative-error tolerance of `dtype`."""
+    def random(cls, layout: str, dtype: str, m: int, n: int, k: int, cold: bool = False) -> "ProblemRun":
+        """Random normal operands on the GPU, with the relative-error tolerance of `dtype`. With `cold`, extra
+        operand sets so that the sets total more than 4x the L2 (decode_bandwidth's rule; at most COLD_MAX_SETS):
+        timed calls rotate over them and do not find their weight in L2, as in LLM decode."""
         tdtype = TORCH_DTYPES[dtype]
         a = torch.randn(m, k, device="cuda", dtype=tdtype)
         b = torch.randn((k, n) if layout == "nn" else (n, k), device="cuda", dtype=tdtype)
         out = torch.empty(m, n, device="cuda", dtype=tdtype)
-        return cls(layout, a, b, out, fp32_reference(a, b, layout), 8e-3 if dtype == "bf16" else 1e-3)
+        count = cold_set_count(bytes_per_call(m, n, k), l2_bytes(), cap=COLD_MAX_SETS) if cold else 1
+        extra = tuple((torch.randn_like(a), torch.randn_like(b)) for _ in range(count - 1))
+        return cls(layout, a, b, out, fp32_reference(a, b, layout), 8e-3 if dtype == "bf16" else 1e-3, extra)
+
+    @property
+    def n_sets(self) -> int:
+        """Operand sets timed calls rotate over (1: warm L2)."""
+        return 1 + len(self.extra_sets)
+
+    def operands(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, b) of set i; set 0 is the checked one."""
+        return (self.a, self.b) if i == 0 else self.extra_sets[i - 1]
 
     @property
     def mnk(self) -> tuple[int, int, int]:
@@ -142,17 +161,17 @@ class ProblemRun:
         (replays of about `target_ms`); None when the kernel rejects the problem or the knobs."""
         impl = kernel_impl(name, self.layout, knobs)
 
-        def call():
-            impl(self.a, self.b, None, self.out)
+        def call(i: int) -> None:
+            impl(*self.operands(i), None, self.out)
         self.out.fill_(float("nan"))
         try:
-            call()
+            call(0)
         except RuntimeError:
             return None
         err = self.rel_err()
         cand = {"kernel": name, **knobs._asdict(), "err": err, "correct": err <= self.tol}
         if cand["correct"]:
-            cand["us"] = time_call(call, target_ms)
+            cand["us"] = time_call(call, self.n_sets, target_ms)
         return cand
 
 
@@ -185,13 +204,15 @@ def measure_kernels(run: ProblemRun, kernels: list[str]) -> list[dict]:
     return cands
 
 
-def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list[str]) -> dict:
-    """Baseline and candidate measurements for one problem; the fastest candidate also gets the exact-integer check."""
-    run = ProblemRun.random(layout, dtype, m, n, k)
+def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list[str], cold: bool = False) -> dict:
+    """Baseline and candidate measurements for one problem (`cold`: cold-weight timing, see ProblemRun.random); the
+    fastest candidate also gets the exact-integer check."""
+    run = ProblemRun.random(layout, dtype, m, n, k, cold)
     row = {"layout": layout, "dtype": dtype, "m": m, "n": n, "k": k, "baseline": "cublaslt-autotune"}
     _C.cublaslt_matmul(run.a, run.b, None, run.out, layout, "autotune")  # tunes once for this problem
     row["baseline_err"] = run.rel_err()
-    row["baseline_us"] = time_call(lambda: _C.cublaslt_matmul(run.a, run.b, None, run.out, layout, "autotune"))
+    row["baseline_us"] = time_call(
+        lambda i: _C.cublaslt_matmul(*run.operands(i), None, run.out, layout, "autotune"), run.n_sets)
     row["candidates"] = measure_kernels(run, kernels)
     for best in fastest(row["candidates"], 1):
         exact = checks.check_exact(kernel_impl(best["kernel"], layout, knobs_of(best)), (m, n, k), layout,
@@ -238,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-m", type=int, default=None,
                         help="only problems with M <= this (e.g. re-sweep small M after adding decode kernels; "
                              "table_select merges it over a full sweep)")
+    parser.add_argument("--cold-weights", action="store_true",
+                        help="time every call on rotating input sets totalling more than 4x the L2 (LLM decode, "
+                             "where weights come from HBM); default: warm L2, same inputs")
     args = parser.parse_args(argv)
     if _C is None or not torch.cuda.is_available():
         print("search.sweep needs the compiled extension and a CUDA GPU")
@@ -247,13 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     todo = problems(args.sample, args.seed, args.max_log2_mnk, args.llm_max_m, tuple(args.llm_dtypes.split(",")),
                     args.max_m)
     doc = {"run_id": f"sweep-{datetime.date.today().isoformat()}-{uuid.uuid4().hex[:8]}", "environment": environment(),
-           "protocol": PROTOCOL, "kernels": kernels, "rows": []}
+           "protocol": PROTOCOL_COLD if args.cold_weights else PROTOCOL, "kernels": kernels, "rows": []}
     t0 = time.monotonic()
     for layout, dtype, m, n, k in todo:
         if time.monotonic() - t0 > args.budget_s:
             break
         names = [nm for nm in kernels if info[nm]["layout"] == layout and info[nm]["dtype"] == dtype]
-        doc["rows"].append(sweep_problem(layout, dtype, m, n, k, names))
+        doc["rows"].append(sweep_problem(layout, dtype, m, n, k, names, args.cold_weights))
     doc["wall_s"] = round(time.monotonic() - t0, 1)
     doc["complete"] = len(doc["rows"]) == len(todo)
     doc["family_summary"] = family_summary(doc["rows"], info)

@@ -82,7 +82,11 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
     for sweep in sweeps:
         for row in sweep["rows"]:
             rows[(row["layout"], row["dtype"], row["m"], row["n"], row["k"])] = row
-    return {**sweeps[-1], "run_id": "+".join(s["run_id"] for s in sweeps), "rows": list(rows.values())}
+    protocols = {s["protocol"] for s in sweeps}
+    protocol = sweeps[0]["protocol"] if len(protocols) == 1 else "; ".join(f"{s['run_id']}: {s['protocol']}"
+                                                                           for s in sweeps)
+    return {**sweeps[-1], "run_id": "+".join(s["run_id"] for s in sweeps), "protocol": protocol,
+            "rows": list(rows.values())}
 
 
 def read_sweep(path: Path) -> dict:

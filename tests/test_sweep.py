@@ -24,6 +24,19 @@ def test_problems_max_m_keeps_only_small_m():
     assert small == [p for p in probs if p[2] <= 64] and len(small) < len(probs)
 
 
+def test_cold_problem_runs_rotate_over_sets_larger_than_the_l2(monkeypatch):
+    """--cold-weights: enough extra operand sets for 4x the L2 (capped), set 0 the checked one; warm: one set."""
+    monkeypatch.setattr(sweep, "l2_bytes", lambda: 2**20)
+    monkeypatch.setattr(torch, "randn", lambda *shape, device=None, dtype=None: torch.ones(*shape, dtype=dtype))
+    monkeypatch.setattr(torch, "empty", lambda *shape, device=None, dtype=None: torch.zeros(*shape, dtype=dtype))
+    monkeypatch.setattr(sweep, "fp32_reference", lambda a, b, layout: None)
+    cold = sweep.ProblemRun.random("nt", "fp16", 8, 256, 512, cold=True)   # 2 * (8*512 + 256*512 + 8*256) B per set
+    assert cold.n_sets == math.ceil(4 * 2**20 / (2 * (8 * 512 + 256 * 512 + 8 * 256))) == 16
+    assert cold.operands(0) == (cold.a, cold.b) and cold.operands(15)[1].shape == (256, 512)
+    assert sweep.ProblemRun.random("nt", "fp16", 1, 64, 64, cold=True).n_sets == sweep.COLD_MAX_SETS
+    assert sweep.ProblemRun.random("nt", "fp16", 8, 256, 512).n_sets == 1
+
+
 def test_family_summary_uses_each_familys_best_correct_time():
     info = {"a1": {"family": "a"}, "a2": {"family": "a"}, "b1": {"family": "b"}}
     rows = [{"baseline_us": 10.0, "candidates": [{"kernel": "a1", "us": 5.0, "correct": True},
@@ -82,7 +95,7 @@ def test_measure_kernels_explores_the_two_fastest_and_each_familys_fastest(monke
     default_us = {SM90_COOP: 10.0, SM90_STREAMK: 11.0, SM80: 12.0, SM80_SLOWER: 13.0}
     monkeypatch.setattr(sweep, "_C", fake)
     monkeypatch.setattr(sweep, "time_call",
-                        lambda call, target_ms=1.0: default_us[fake.last[0]] - fake.last[1].swizzle / 10)
+                        lambda call, n_sets=1, target_ms=1.0: default_us[fake.last[0]] - fake.last[1].swizzle / 10)
     run = sweep.ProblemRun("nt", a.half(), b.half(), torch.empty(64, 64, dtype=torch.half), ref, 1e-3)
     cands = sweep.measure_kernels(run, [SM90_COOP, SM90_STREAMK, SM80, SM80_SLOWER, "rejects_everything"])
     by_kernel = {name: [sweep.knobs_of(c) for c in cands if c["kernel"] == name] for name in default_us}

@@ -55,10 +55,13 @@ def test_built_table_passes_the_loader_validators(tmp_path, monkeypatch):
 
 
 def test_merged_sweeps_take_each_problem_from_the_last_sweep():
-    old = {"run_id": "full", "environment": ENV, "rows": [row(1, 10.0, ("a", 9.0, True)), row(2, 10.0, ("a", 9.0, True))]}
-    new = {"run_id": "ref", "environment": ENV, "rows": [row(2, 10.0, ("b", 5.0, True))]}
+    old = {"run_id": "full", "environment": ENV, "protocol": "warm",
+           "rows": [row(1, 10.0, ("a", 9.0, True)), row(2, 10.0, ("a", 9.0, True))]}
+    new = {"run_id": "ref", "environment": ENV, "protocol": "warm", "rows": [row(2, 10.0, ("b", 5.0, True))]}
     merged = table_select.merge_sweeps([old, new])
-    assert merged["run_id"] == "full+ref"
+    assert merged["run_id"] == "full+ref" and merged["protocol"] == "warm"
+    cold = table_select.merge_sweeps([old, {**new, "protocol": "cold"}])
+    assert cold["protocol"] == "full: warm; ref: cold"  # each sweep's rows keep their own protocol
     entries = table_select.select_entries(merged["rows"])
     assert {key: e["kernel"] for key, e in entries.items()} == {"nt_fp16_1_64_64": "a", "nt_fp16_2_64_64": "b"}
 
@@ -66,8 +69,8 @@ def test_merged_sweeps_take_each_problem_from_the_last_sweep():
 def test_sweeps_of_different_gpus_do_not_merge():
     other = {**ENV, "gpu_name": "NVIDIA H200"}
     with pytest.raises(ValueError, match="different GPUs"):
-        table_select.merge_sweeps([{"run_id": "x", "environment": ENV, "rows": []},
-                                   {"run_id": "y", "environment": other, "rows": []}])
+        table_select.merge_sweeps([{"run_id": "x", "environment": ENV, "protocol": "p", "rows": []},
+                                   {"run_id": "y", "environment": other, "protocol": "p", "rows": []}])
 
 
 def test_committed_table_is_reproduced_from_its_sweeps(tmp_path):

@@ -8,6 +8,8 @@
 // (no workspace, no second kernel); otherwise the partials go to the workspace and a second small kernel on the same
 // stream reduces them in split order. (Measured on an H200: clusters gain ~1.5% on such small grids but cost 10-14%
 // on grids near or above one wave, where co-scheduling 8 large-smem CTAs per GPC leaves SMs idle.)
+// On sm_90 the GEMM launches with programmatic dependent launch (unless CUDAL2_DISABLE_PDL=1): its CTAs may start
+// during the preceding kernel's tail and wait for it before any load.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): M <= tile_m; K % 8 == 0; NN: N % 8 == 0;
 // A and B 16-byte aligned with lda, ldb multiples of 8 elements; the device grants the CTA's shared memory.
 // D and bias have no alignment requirement.

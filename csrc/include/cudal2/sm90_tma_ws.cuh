@@ -5,7 +5,8 @@
 // NN layout B is [K, N] row-major (CUTLASS RowMajor B); for NT B is [N, K] row-major (CUTLASS ColumnMajor B).
 // Each kernel holds two CUTLASS GEMMs that differ only in the epilogue: calls with a bias run the sm90 EVT
 // `LinCombPerColBias` (acc + bias[n] in fp32, one rounding), calls without one run `ScaledAcc` (no bias leaf to
-// load or broadcast). There is no C operand.
+// load or broadcast). There is no C operand. Configurations with SwapAB (NT only, for small M such as LLM decode)
+// compute D^T = B A^T: the weight rows tile CUTLASS's M and the rows of A its N (see TmaWsGemmImpl).
 //
 // Launches use programmatic dependent launch (PDL): the kernel is compiled with CUTLASS's grid-dependency control,
 // whose producer warps wait for the preceding grid on the stream to complete (griddepcontrol.wait) before any load,
