@@ -78,7 +78,8 @@ def test_committed_table_is_reproduced_from_its_sweeps(tmp_path):
     gzipped files), so no entry is hand-edited."""
     root = Path(__file__).resolve().parent.parent
     results = root / "benchmarks" / "results" / "nvidia_h200"
-    sweeps = [results / "sweep_2026-11-23_cc51879.json", results / "sweep_small_m_2026-11-23_be3d17d.json.gz"]
+    sweeps = [results / "sweep_2026-11-23_cc51879.json", results / "sweep_small_m_2026-11-23_be3d17d.json.gz",
+              results / "sweep_small_m_cold_2026-11-23_15a943c.json.gz"]
     assert table_select.main([*map(str, sweeps), "--root", str(tmp_path)]) == 0
     built = json.loads((tmp_path / "sm90" / "nvidia_h200.json").read_text())
     committed = json.loads((root / "kernels" / "sm90" / "nvidia_h200.json").read_text())
