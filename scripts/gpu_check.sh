@@ -3,9 +3,10 @@
 #
 #   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
 #
-# Stages: build, tests, latency, sweep, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
+# Stages: build, tests, latency, sweep, sweep-cold, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, e2e-trace (kernels and host ops per step, unpatched vs patched, compiled), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
-# table from OUT_DIR/sweep.json, then a rebuild that compiles any kernel it names). The sweep runs with PDL off
+# table from OUT_DIR/sweep.json, merged with OUT_DIR/sweep_cold.json when present, then a rebuild that compiles any
+# kernel it names). sweep-cold re-sweeps M <= 64 with cold weights (the decode regime). The sweep runs with PDL off
 # (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps.
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
@@ -37,6 +38,9 @@ run_stage() {
     latency) stage latency "$PY" -m benchmarks.api_latency --out "$OUT_DIR/api_latency.json" ;;
     sweep) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} \
              stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-600}" ;;
+    sweep-cold) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} \
+             stage sweep_cold "$PY" -m search.sweep --max-m 64 --cold-weights --out "$OUT_DIR/sweep_cold.json" \
+             --budget-s "${SWEEP_BUDGET_S:-600}" ;;
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
                 --sample "${SANITIZE_SAMPLE:-12}" --out "$OUT_DIR/sanitize.json" ;;
@@ -52,6 +56,7 @@ run_stage() {
     e2e) stage e2e "$PY" -m benchmarks.e2e --out "$OUT_DIR" ;;
     e2e-trace) stage e2e_trace "$PY" -m benchmarks.e2e_trace --out "$OUT_DIR" ;;
     table) stage table "$PY" -m search.table_select "$OUT_DIR/sweep.json" \
+             $([ -f "$OUT_DIR/sweep_cold.json" ] && echo "$OUT_DIR/sweep_cold.json") \
              && cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" && stage rebuild ./scripts/install.sh ;;
     reference) stage reference "$PY" -m benchmarks.reference_shapes --dtypes "${REFERENCE_DTYPES:-fp16,bf16}" \
                  --out "$OUT_DIR/reference_shapes.json" ;;
