@@ -47,18 +47,18 @@ def label(cand: dict) -> str:
 
 
 def baseline_call(run: ProblemRun, policy: str):
-    """cuBLASLt with `policy` ("autotune" tunes on its first call) on the problem's inputs."""
-    def call():
-        _C.cublaslt_matmul(run.a, run.b, None, run.out, run.layout, policy)
+    """call(i): cuBLASLt with `policy` ("autotune" tunes on its first call) on the problem's input set i."""
+    def call(i: int) -> None:
+        _C.cublaslt_matmul(*run.operands(i), None, run.out, run.layout, policy)
     return call
 
 
 def kernel_call(run: ProblemRun, cand: dict):
-    """A candidate's kernel with its knobs on the problem's inputs."""
+    """call(i): a candidate's kernel with its knobs on the problem's input set i."""
     impl = kernel_impl(cand["kernel"], run.layout, knobs_of(cand))
 
-    def call():
-        impl(run.a, run.b, None, run.out)
+    def call(i: int) -> None:
+        impl(*run.operands(i), None, run.out)
     return call
 
 
@@ -85,7 +85,7 @@ def rounds(run: ProblemRun, finalists: list[dict], n_rounds: int, rng: random.Ra
         order = list(range(len(entries)))
         rng.shuffle(order)
         for i in order:
-            entries[i]["us_rounds"].append(time_call(calls[i], ROUND_TARGET_MS))
+            entries[i]["us_rounds"].append(time_call(calls[i], run.n_sets, ROUND_TARGET_MS))
     base = entries[0]["us_rounds"]
     for e in entries:
         e["median_us"] = statistics.median(e["us_rounds"])

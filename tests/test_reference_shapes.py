@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import types
 
 from benchmarks import reference_shapes as ref
 
@@ -18,8 +19,8 @@ def test_rounds_pair_each_candidate_with_the_same_rounds_autotune_time(monkeypat
              ("k", KERNEL): [105.0, 190.0, 110.0]}
     monkeypatch.setattr(ref, "baseline_call", lambda run, policy: ("lt", policy))
     monkeypatch.setattr(ref, "kernel_call", lambda run, cand: ("k", cand["kernel"]))
-    monkeypatch.setattr(ref, "time_call", lambda call, target_ms: times[call].pop(0))
-    entries = ref.rounds(None, [finalist()], 3, random.Random(0))
+    monkeypatch.setattr(ref, "time_call", lambda call, n_sets, target_ms: times[call].pop(0))
+    entries = ref.rounds(types.SimpleNamespace(n_sets=1), [finalist()], 3, random.Random(0))
     assert [e["kernel"] for e in entries] == ["cublaslt-autotune", "cublaslt-heuristic", KERNEL]
     ours = entries[2]
     assert ours["us_rounds"] == [105.0, 190.0, 110.0] and ours["median_us"] == 110.0
