@@ -1,16 +1,16 @@
 """The measured sweep behind a table: every built kernel against cuBLASLt-autotune, per problem, on this GPU.
 
 For each problem (a stratified G1000 sample, the small G1000 shapes, NT and NN, and LLM decode shapes): the
-cuBLASLt-autotune baseline and every kernel of matching dtype/layout that accepts the problem are checked against
-the fp32 reference, then timed in kernel mode (CUDA-graph replay, the benchmark suite's timer) in the same process
-on the same inputs (warm L2; with --cold-weights rotating over input sets larger than the L2, as LLM decode sees),
-first with default runtime knobs (splits = swizzle = raster = 0). Then the KNOB_TOP fastest correct kernels, and the fastest of every other family (so that each family's best figure is at its best knobs, e.g.
-split-K for a small-tile kernel behind another family's default), are timed again under each variant of their
-family's `knob_grid` (swizzle and raster order for
-L2 locality, split-K / stream-K decompositions), each variant checked against the reference first; variants a
-kernel rejects are skipped. Every measurement is a candidate carrying its knobs. The fastest correct candidate must
-also pass the exact-integer check, run with its knobs, before it is recorded as correct. Problems are swept
-smallest first until the time budget is spent (the file records whether the sweep completed).
+cuBLASLt-autotune baseline and every kernel of matching dtype/layout that accepts the problem are checked against the
+fp32 reference, then timed in kernel mode (CUDA-graph replay, the benchmark suite's timer) in the same process on the
+same inputs (warm L2; with --cold-weights rotating over input sets larger than the L2, as LLM decode sees), first with
+default runtime knobs (splits = swizzle = raster = 0). Then the KNOB_TOP fastest correct kernels, and the fastest of
+every other family (so that each family's best figure is at its best knobs, e.g. split-K for a small-tile kernel
+behind another family's default), are timed again under each variant of their family's `knob_grid` (swizzle and raster
+order for L2 locality, split-K / stream-K decompositions), each variant checked against the reference first; variants
+a kernel rejects are skipped. Every measurement is a candidate carrying its knobs. The fastest correct candidate must
+also pass the exact-integer check, run with its knobs, before it is recorded as correct. Problems are swept smallest
+first until the time budget is spent (the file records whether the sweep completed).
 
 Cost: knob exploration is bounded to the KNOB_TOP kernels of each problem plus one per other family, each with at
 most 11 variants (sm90 stream-K: 8 swizzle x raster + 3 splits; sm90 persistent 8; sm80_cute 4 swizzle x raster + up

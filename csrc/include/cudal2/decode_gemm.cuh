@@ -44,12 +44,7 @@ struct DecodeGemm {
   }
 
   // Whether the current device grants the CTA's shared memory (e.g. 227 KiB on sm_90, 163 KiB on sm_80).
-  static bool fits_shared_memory() {
-    int device = 0, optin = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-           Tr::kSmemBytes <= optin;
-  }
+  static bool fits_shared_memory() { return Tr::kSmemBytes <= current_device_smem_optin(); }
 
   // Split-K parts for `p`: the requested or automatic count, rebalanced so that every part has the same number of
   // K tiles (the last one possibly fewer) and none is empty.
@@ -72,12 +67,16 @@ struct DecodeGemm {
     return 4 * ctas <= static_cast<long long>(max_int(1, p->sm_count)) * Tr::kCtasPerSm && cluster_splitk_available(s);
   }
 
-  // Workspace bytes: none without split-K or with the cluster reduction, else the fp32 partials [splits][M][N].
+  // Bytes of the fp32 partials [s][M][N]: none without split-K or with the cluster reduction.
+  static size_t partials_bytes(const cudal2_problem* p, int s, bool cluster) {
+    return s == 1 || cluster ? 0 : static_cast<size_t>(s) * p->m * p->n * sizeof(float);
+  }
+
+  // Workspace bytes (the split-K partials, if any).
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
     const int s = splits(p);
-    if (s == 1 || cluster_reduce(p, s)) return 0;
-    return static_cast<size_t>(s) * p->m * p->n * sizeof(float);
+    return partials_bytes(p, s, cluster_reduce(p, s));
   }
 
   // Enqueues the GEMM (and, with split-K, the reduction of its partials) on p->stream.
@@ -85,7 +84,8 @@ struct DecodeGemm {
     const cudal2_status ok = can_implement(p);
     if (ok != CUDAL2_OK) return ok;
     const int s = splits(p);
-    const size_t need = workspace_size(p);
+    const bool cluster = cluster_reduce(p, s);
+    const size_t need = partials_bytes(p, s, cluster);
     if (need > 0 && (p->workspace == nullptr || p->workspace_bytes < need)) return CUDAL2_WORKSPACE_TOO_SMALL;
     const int n_tiles = ceil_div(static_cast<int>(p->n), Tr::kTileN);
     const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
@@ -105,18 +105,13 @@ struct DecodeGemm {
     args.ldd = p->ldd;
     args.splits = s;
     args.tiles_per_split = ceil_div(k_tiles, s);
-    args.cluster_reduce = cluster_reduce(p, s);
+    args.cluster_reduce = cluster;
 
-    auto kernel = decode_gemm_kernel<T, Tr>;
-    if (Tr::kSmemBytes > 48 * 1024) {
-      const cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-      if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
-    }
+    if (allow_dynamic_smem<decode_gemm_kernel<T, Tr>>(Tr::kSmemBytes) != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     LaunchSpec gemm{dim3(n_tiles, s), dim3(Tr::kThreads), Tr::kSmemBytes};
     if (args.cluster_reduce) gemm.cluster = dim3(1, s, 1);
     gemm.programmatic = pdl_allowed();
-    const cudaError_t err = launch_kernel(kernel, gemm, stream, args);
+    const cudaError_t err = launch_kernel(decode_gemm_kernel<T, Tr>, gemm, stream, args);
     if (err != cudaSuccess || s == 1 || args.cluster_reduce) return launch_status(err);
     // The reduction's launch overlaps the GEMM (programmatic dependent launch on sm_90+; it waits for the GEMM).
     LaunchSpec reduce{dim3(static_cast<unsigned>((p->m * p->n + 255) / 256)), dim3(256)};

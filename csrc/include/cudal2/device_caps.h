@@ -9,15 +9,16 @@
 
 namespace cudal2 {
 
+constexpr int kMaxCachedDevices = 64;  // devices whose facts are cached (others are queried on every call)
+
 // Attribute `kAttr` of the current device, 0 when it cannot be queried. Read once per device (values must be
 // non-zero to be cached); later calls cost one cudaGetDevice.
 template <cudaDeviceAttr kAttr>
 int current_device_attribute() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices];  // 0 = not queried yet
+  static std::atomic<int> cached[kMaxCachedDevices];  // 0 = not queried yet
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  const bool cacheable = device >= 0 && device < kMaxDevices;
+  const bool cacheable = device >= 0 && device < kMaxCachedDevices;
   if (cacheable) {
     const int value = cached[device].load(std::memory_order_relaxed);
     if (value != 0) return value;
@@ -31,8 +32,11 @@ int current_device_attribute() {
 // Compute capability major of the current device (e.g. 9 on H100/H200), 0 when it cannot be queried.
 inline int current_device_major() { return current_device_attribute<cudaDevAttrComputeCapabilityMajor>(); }
 
-// L2 cache bytes of the current device (e.g. 60 MiB on H200), 0 when it cannot be queried.
-inline int current_device_l2_bytes() { return current_device_attribute<cudaDevAttrL2CacheSize>(); }
+// Multiprocessor count of the current device (132 on H200), 0 when it cannot be queried.
+inline int current_device_sm_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
+
+// Opt-in shared memory per block of the current device (227 KiB on sm_90), 0 when it cannot be queried.
+inline int current_device_smem_optin() { return current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(); }
 
 }  // namespace cudal2
 

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 
 #include "cudal2/device_caps.h"
@@ -23,6 +24,22 @@ inline bool pdl_allowed() {
     return v == nullptr || v[0] == '\0' || v[0] == '0';
   }();
   return allowed;
+}
+
+// Lets `kKernel` launch with `bytes` of dynamic shared memory on the current device (an opt-in above 48 KiB). The
+// attribute is set once per device; later calls cost one cudaGetDevice.
+template <auto kKernel>
+cudaError_t allow_dynamic_smem(size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  static std::atomic<bool> done[kMaxCachedDevices];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool cacheable = device >= 0 && device < kMaxCachedDevices;
+  if (cacheable && done[device].load(std::memory_order_acquire)) return cudaSuccess;
+  err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err == cudaSuccess && cacheable) done[device].store(true, std::memory_order_release);
+  return err;
 }
 
 // Shape and attributes of one launch. Clusters and PDL need sm_90+: PDL is dropped on older devices, clusters must

@@ -18,7 +18,6 @@
 #define CUDAL2_SM80_CUTE_CUH_
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -35,7 +34,6 @@ struct Launcher {
   using T = typename Tr::Element;
   static constexpr int kDtype = std::is_same_v<T, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
   static constexpr int kLayout = Tr::kNN ? CUDAL2_NN : CUDAL2_NT;
-  static constexpr int kMaxDevices = 64;
   static constexpr int kMinKTilesPerSplit = 4;  // automatic split-K keeps at least this many BK tiles per part
 
   // Tiles of the output grid and the K split actually used for `p`.
@@ -82,18 +80,6 @@ struct Launcher {
   }
 
   // Raises the kernel's dynamic shared memory limit once per device (no-op below the 48 KiB default).
-  static cudaError_t configure_smem() {
-    if (Tr::kSmemBytes <= 48 * 1024) return cudaSuccess;
-    static std::atomic<bool> done[kMaxDevices];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err != cudaSuccess) return err;
-    if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return cudaSuccess;
-    err = cudaFuncSetAttribute(gemm_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tr::kSmemBytes));
-    if (err == cudaSuccess && dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
-    return err;
-  }
-
   static cudal2_status launch(const cudal2_problem* p) {
     const cudal2_status ok = can_implement(p);
     if (ok != CUDAL2_OK) return ok;
@@ -123,7 +109,7 @@ struct Launcher {
     args.group = p->swizzle;
     args.raster_n = p->raster == 2;
 
-    cudaError_t err = configure_smem();
+    cudaError_t err = allow_dynamic_smem<gemm_kernel<Tr>>(Tr::kSmemBytes);
     if (err != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     const cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
     const dim3 grid(unsigned(pl.tiles_m) * unsigned(pl.tiles_n), 1, unsigned(pl.splits));

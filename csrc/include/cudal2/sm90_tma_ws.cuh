@@ -24,7 +24,6 @@
 #ifndef CUDAL2_SM90_TMA_WS_CUH_
 #define CUDAL2_SM90_TMA_WS_CUH_
 
-#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -78,20 +77,8 @@ struct ScheduleTags<Schedule::kPingpong> {
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-// Multiprocessor count for the hardware info: the problem's, or the current device's, queried once per device.
-inline int sm_count_of(const cudal2_problem* p) {
-  if (p->sm_count > 0) return p->sm_count;
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
-  int count = cached[device].load(std::memory_order_relaxed);
-  if (count == 0) {
-    count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
-    cached[device].store(count, std::memory_order_relaxed);
-  }
-  return count;
-}
+// Multiprocessor count for the hardware info: the problem's, or the current device's (cached per device).
+inline int sm_count_of(const cudal2_problem* p) { return p->sm_count > 0 ? p->sm_count : current_device_sm_count(); }
 
 // Maps the ABI raster knob to CUTLASS's option.
 inline cutlass::gemm::kernel::detail::RasterOrderOptions raster_of(int raster) {
