@@ -8,11 +8,16 @@ Model: benchmarks/llama_block.py with Llama-3-8B projection shapes (hidden 4096,
 Scenarios: prefill (B x S tokens, causal) and decode (one new token per sequence at position `--ctx` with a
 static KV cache), each in the modes eager / compile (torch.compile(fullgraph=True) per decoder layer) and, for decode,
 graph / compile+graph (the step captured in a torch.cuda.CUDAGraph and replayed).
-Each scenario runs the unpatched and the patched model (same weights and inputs), alternating blocks of timed calls:
+Each scenario runs the unpatched and the patched model (same weights and inputs) in alternating blocks of timed calls,
+every other round reversed (an even number of rounds: each variant leads as often as it follows, so clock and
+thermal drift, and the first block after setup, weigh on both alike):
 GPU time = CUDA events around the call; e2e latency = host perf_counter around the call with a synchronize before
 and after. Reported: medians, tokens/s (from e2e latency), speedup = unpatched / patched, and the relative error
 ||patched - unpatched|| / ||unpatched|| of the stack's output (with, as a yardstick for non-eager modes, the same
 error of unpatched-in-this-mode vs unpatched-eager).
+Decode in the graph modes also times the step's projections alone (benchmarks/projection_bound.py): their share of
+the step, their speedup, and the step speedup bound by streaming every weight at the copy bandwidth measured in the
+same run.
 A wall-clock budget (`--budget-s`) skips what is left once spent (listed as skipped, never silently dropped); the
 JSON and markdown are rewritten after every scenario, so a run cut short still leaves its results.
 """
@@ -35,7 +40,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import cudal2_ops
-from benchmarks import env
+from benchmarks import env, projection_bound
+from benchmarks.decode_bandwidth import copy_bandwidth
 from benchmarks.llama_block import LlamaConfig, LlamaStack, rope_tables, run_layers
 from cudal2_ops.patch import patch_linear, unpatch_linear
 
@@ -140,6 +146,11 @@ def time_block(fn: Callable[[], object], n: int, gpu_ms: list[float], host_ms: l
         gpu_ms.append(start.elapsed_time(end))
 
 
+def block_order(rounds: int) -> list[bool]:
+    """Which variant (patched?) each timed block runs: (unpatched, patched) per round, every other round reversed."""
+    return [patched for r in range(rounds) for patched in ((False, True) if r % 2 == 0 else (True, False))]
+
+
 def stats(samples: list[float]) -> dict:
     return {"median": statistics.median(samples), "mean": statistics.fmean(samples), "min": min(samples),
             "max": max(samples), "n": len(samples)}
@@ -161,6 +172,8 @@ class Bench:
         self.compiled_workloads: set[tuple] = set()
         self.max_compile_s = FIRST_COMPILE_ESTIMATE_S
         self.compile_group: tuple[str, str] | None = None
+        self.copy_bandwidth: dict | None = None  # measured once, on the first decode scenario in a graph mode
+        self.chain_ms: dict[tuple[str, int], dict] = {}  # projection-chain GPU ms per (dtype, batch)
         # A routed Linear outside the models keeps the patched nn.Linear.forward installed for the whole run: both
         # variants then trace that forward (the unpatched one with its flag off, i.e. F.linear), and switching
         # variants recompiles through guards instead of resetting all compiled code (see cudal2_ops.patch).
@@ -185,10 +198,14 @@ class Bench:
         return self.max_compile_s if compiles else 0.0
 
     def runner(self, sc: Scenario, work: Workload, model: LlamaStack, patched: bool) -> Callable[[], torch.Tensor]:
-        self.set_patched(model, patched)
         layers = self.compiled[sc.dtype] if sc.mode.startswith("compile") else model.layers
-        fn = work.step(layers)
-        return capture(fn) if sc.mode.endswith("graph") else fn
+        return self.runner_for(model, patched, work.step(layers), graph=sc.mode.endswith("graph"))
+
+    def runner_for(self, model: LlamaStack, patched: bool, fn: Callable[[], torch.Tensor], graph: bool
+                   ) -> Callable[[], torch.Tensor]:
+        """`fn` with the model (un)patched, captured in a CUDA graph if `graph`."""
+        self.set_patched(model, patched)
+        return capture(fn) if graph else fn
 
     def run(self, sc: Scenario) -> dict:
         args, model = self.args, self.model(sc.dtype)
@@ -217,7 +234,27 @@ class Bench:
             row["rel_err_unpatched_vs_eager"] = rel_err(outs[False], self.eager_ref[sc.workload])
         del outs
         row.update(self.measure(runners, model, sc))
+        if sc.phase == "decode" and sc.mode.endswith("graph"):
+            row["projections"] = self.projections(sc, model, row["unpatched"]["gpu_ms"]["median"])
         return row
+
+    def projections(self, sc: Scenario, model: LlamaStack, step_ms: float) -> dict:
+        """The step's projections alone in a CUDA graph, unpatched vs patched, and the bounds they put on the step."""
+        if self.copy_bandwidth is None:
+            self.copy_bandwidth = copy_bandwidth()
+        chain = projection_bound.ProjectionChain(model, sc.batch, seed=self.args.seed)
+        key = (sc.dtype, sc.batch)
+        if key not in self.chain_ms:  # the compile+graph scenario reuses the graph scenario's chain
+            runners = {patched: self.runner_for(model, patched, chain.step(), graph=True) for patched in (False, True)}
+            samples = self.time_alternating(runners, model)
+            self.chain_ms[key] = {name: statistics.median(samples[patched][0])
+                                  for patched, name in ((False, "unpatched"), (True, "patched"))}
+        ms = self.chain_ms[key]
+        floor = projection_bound.floor_ms(chain.weight_bytes, self.copy_bandwidth["gbs"])
+        return {"unpatched_ms": ms["unpatched"], "patched_ms": ms["patched"],
+                "speedup": ms["unpatched"] / ms["patched"], "weight_bytes": chain.weight_bytes, "floor_ms": floor,
+                "pct_of_copy_bandwidth": {name: 100 * floor / t for name, t in ms.items()},
+                **projection_bound.bounds(step_ms, ms["unpatched"], floor)}
 
     def count_cudal2_calls(self, runners: dict, model: LlamaStack) -> dict:
         counts = {}
@@ -228,16 +265,20 @@ class Bench:
             counts[name] = counter.calls
         return counts
 
-    def measure(self, runners: dict, model: LlamaStack, sc: Scenario) -> dict:
+    def time_alternating(self, runners: dict, model: LlamaStack) -> dict[bool, tuple[list[float], list[float]]]:
+        """(GPU ms, e2e ms) samples per variant, timed in the blocks of `block_order`."""
         args = self.args
         samples = {p: ([], []) for p in runners}
-        per_round = math.ceil(args.iters / args.rounds)
-        for r in range(args.rounds):
-            for patched in ((False, True) if r % 2 == 0 else (True, False)):
-                self.set_patched(model, patched)
-                for _ in range(args.warmup):
-                    runners[patched]()
-                time_block(runners[patched], per_round, *samples[patched])
+        per_block = math.ceil(args.iters / args.rounds)
+        for patched in block_order(args.rounds):
+            self.set_patched(model, patched)
+            for _ in range(args.warmup):
+                runners[patched]()
+            time_block(runners[patched], per_block, *samples[patched])
+        return samples
+
+    def measure(self, runners: dict, model: LlamaStack, sc: Scenario) -> dict:
+        samples = self.time_alternating(runners, model)
         out = {}
         for patched, name in ((False, "unpatched"), (True, "patched")):
             gpu, host = samples[patched]
@@ -263,7 +304,8 @@ def environment(argv: list[str], cfg: LlamaConfig, args: argparse.Namespace) -> 
                     "linear_modules": sum(isinstance(m, torch.nn.Linear) for m in meta_model.modules())}
     hdr["protocol"] = {"iters": args.iters, "rounds": args.rounds, "warmup_per_block": args.warmup,
                        "budget_s": args.budget_s, "timing": "CUDA events (gpu_ms) and perf_counter with synchronize "
-                       "(e2e_ms) around each call; unpatched/patched blocks alternate; medians"}
+                       "(e2e_ms) around each call; unpatched/patched blocks alternate, every other round reversed; "
+                       "medians"}
     return hdr
 
 
@@ -310,7 +352,31 @@ def markdown(doc: dict) -> str:
         lines.append(f"| {phase} | {mode} | {len(rows)} | "
                      f"{statistics.geometric_mean(r['speedup_gpu'] for r in rows):.3f} | "
                      f"{statistics.geometric_mean(r['speedup_e2e'] for r in rows):.3f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + projection_lines(doc)) + "\n"
+
+
+def projection_lines(doc: dict) -> list[str]:
+    """The decode projection table (rows with a `projections` entry), or nothing."""
+    rows = [r for r in doc["rows"] if r.get("projections")]
+    if not rows:
+        return []
+    bw = doc["environment"].get("copy_bandwidth") or {}
+    target = rows[0]["projections"]["target"]
+    lines = ["", "Decode projections alone (benchmarks/projection_bound.py): the step's nn.Linear calls back to back in "
+             "one CUDA graph, unpatched vs patched, GPU ms medians; share = their part of the unpatched step; % BW = "
+             f"weight bytes / time as % of the copy bandwidth measured in this run ({_f(bw.get('gbs'), ',.0f')} GB/s, "
+             f"{bw.get('source', '?')}); ceiling = step speedup if every weight streamed at that bandwidth; needed = "
+             f"projection speedup for a {target:.2f}x step (- : unreachable).", "",
+             "| dtype | batch | mode | step speedup GPU | projections ms unpatched | patched | projection speedup | "
+             "share | % BW unpatched | % BW patched | ceiling | needed |", "|" + "---|" * 12]
+    for r in rows:
+        pr = r["projections"]
+        lines.append("| " + " | ".join([
+            r["dtype"], str(r["batch"]), r["mode"], _f(r["speedup_gpu"], ".3f"), _f(pr["unpatched_ms"], ".3f"),
+            _f(pr["patched_ms"], ".3f"), _f(pr["speedup"], ".3f"), _f(pr["share"], ".2f"),
+            _f(pr["pct_of_copy_bandwidth"]["unpatched"], ".1f"), _f(pr["pct_of_copy_bandwidth"]["patched"], ".1f"),
+            _f(pr["ceiling"], ".3f"), _f(pr["needed_projection_speedup"], ".3f")]) + " |")
+    return lines
 
 
 def group_ok(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
@@ -353,8 +419,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seq", type=int, default=2048, help="prefill tokens per sequence")
     ap.add_argument("--decode-batches", type=_ints, default=[1, 8, 32, 64])
     ap.add_argument("--ctx", type=int, default=1024, help="cached tokens before the decoded one")
-    ap.add_argument("--iters", type=int, default=30, help="timed calls per variant")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating unpatched/patched blocks")
+    ap.add_argument("--iters", type=int, default=40, help="timed calls per variant")
+    ap.add_argument("--rounds", type=int, default=8,
+                    help="rounds of one unpatched and one patched block (even: every other round is reversed)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls before each block")
     ap.add_argument("--budget-s", type=float, default=170.0, help="skip remaining scenarios once this is spent")
     ap.add_argument("--include", nargs="*", default=None,
@@ -362,6 +429,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--exclude", nargs="*", default=None, help="never patch modules matching these patterns")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.rounds < 2 or args.rounds % 2:
+        ap.error(f"--rounds must be even and >= 2 (each variant leads in half of the rounds), got {args.rounds}")
     if args.quick:
         args.layers, args.dtypes, args.decode_batches, args.prefill_batches, args.seq = 2, ["fp16"], [1, 32], [1], 512
         args.iters, args.rounds, args.budget_s = 10, 2, min(args.budget_s, 40.0)
@@ -401,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
         doc["rows"].append(row)
         doc["environment"]["wall_s"] = time.perf_counter() - start
+        doc["environment"]["copy_bandwidth"] = bench.copy_bandwidth
         write(doc, args.out, stem)
         print(f"[{time.perf_counter() - start:6.1f}s] {sc.dtype} {sc.phase} B={sc.batch} {sc.mode}: "
               f"{row['status']}" + (f", speedup e2e {row['speedup_e2e']:.3f}" if "speedup_e2e" in row else ""),

@@ -414,3 +414,53 @@ def test_e2e_plan_and_markdown():
            "patch": {"include": None, "exclude": None, "routed_linear_modules": 14, "linear_modules": 14}}
     md = e2e.markdown({"environment": env, "rows": [ok, skipped]})
     assert "NOT available" in md and "skipped: time budget" in md and "| decode | graph | 1 | 1.000 | 1.000 |" in md
+    assert "Decode projections alone" not in md
+    ok["projections"] = {"unpatched_ms": 0.5, "patched_ms": 0.4, "speedup": 1.25, "share": 0.5, "ceiling": 1.6,
+                         "pct_of_copy_bandwidth": {"unpatched": 60.0, "patched": 75.0}, "target": 1.1,
+                         "needed_projection_speedup": None}
+    env["copy_bandwidth"] = {"gbs": 4000.0, "source": "copy"}
+    md = e2e.markdown({"environment": env, "rows": [ok, skipped]})
+    assert "(4,000 GB/s, copy)" in md and "| bf16 | 1 | graph | 1.000 | 0.500 | 0.400 | 1.250 | 0.50 | 60.0 | 75.0 | 1.600 | - |" in md
+
+
+def test_e2e_blocks_balance_the_variants():
+    from benchmarks import e2e
+
+    order = e2e.block_order(4)
+    assert order == [False, True, True, False, False, True, True, False]
+    leads = [order[i] for i in range(0, len(order), 2)]
+    assert leads.count(True) == leads.count(False)
+    for rounds in ("3", "0"):
+        with pytest.raises(SystemExit):
+            e2e.parse_args(["--out", "unused", "--rounds", rounds])
+
+
+def test_projection_bounds():
+    from benchmarks import projection_bound as pb
+
+    b = pb.bounds(step_ms=1.0, projections_ms=0.6, projections_floor_ms=0.4)
+    assert b["share"] == pytest.approx(0.6) and b["ceiling"] == pytest.approx(1.0 / 0.8)
+    # a 1.10x step (1/1.1 ms) leaves the projections 1/1.1 - 0.4 ms
+    assert b["needed_projection_speedup"] == pytest.approx(0.6 / (1 / 1.1 - 0.4))
+    assert pb.bounds(1.0, 0.05, 0.01)["needed_projection_speedup"] is None  # rest alone is over 1/1.1 ms
+    with pytest.raises(ValueError):
+        pb.bounds(1.0, 1.5, 0.1)
+    assert pb.floor_ms(4 * 10**9, 4000.0) == pytest.approx(1.0)
+
+
+def test_projection_chain_runs_every_linear_in_order(calls, cpu_route):
+    from benchmarks import projection_bound as pb
+
+    model = tiny_llama()
+    chain = pb.ProjectionChain(model, batch=3)
+    cfg = model.cfg
+    assert [m.out_features for m in chain.modules[:7]] == [
+        cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.hidden,
+        cfg.intermediate, cfg.intermediate, cfg.hidden]
+    assert len(chain.modules) == 7 * cfg.layers
+    assert chain.weight_bytes == sum(m.weight.numel() * 4 for m in chain.modules)
+    P.patch_linear(model)
+    with torch.no_grad():
+        out = chain.step()()
+    P.unpatch_linear(model)
+    assert calls.n == 7 * cfg.layers and out.shape == (3, 1, cfg.hidden)
