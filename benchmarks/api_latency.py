@@ -5,6 +5,9 @@ fresh inputs written outside the timed region, implementations interleaved in sh
 issue a call (no synchronize; median over a loop), and `_C.time_dispatch`, the C++ decision alone (routing, table
 lookup, cuBLASLt plan lookup), in nanoseconds.
 
+Entry points: the issue time of one decode-shaped linear (x [1, 4096], weight [4096, 4096], fp16) through every way
+a model reaches it, patched and not: the host cost that bounds an eager or compiled-without-graphs decode step.
+
     python -m benchmarks.api_latency --out benchmarks/results/<gpu_slug>/api_latency.json
 """
 from __future__ import annotations
@@ -18,12 +21,15 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 import cudal2_ops
 from benchmarks import env, timing
 from cudal2_ops._extension import _C
+from cudal2_ops.patch import patch_linear, unpatch_linear
 
 SHAPES = [(64, 64, 64), (256, 256, 256), (1024, 1024, 1024), (16, 4096, 4096)]
+ENTRY_SHAPE = (1, 4096, 4096)  # (M, N, K): one token through a 4096 x 4096 projection
 ITERS = 2000
 
 
@@ -61,6 +67,31 @@ def measure(shape: tuple[int, int, int], rng: random.Random) -> dict:
     }
 
 
+def entry_points(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
+    """Issue time (us) of one fp16 linear through each entry point: the public op, the op as compiled code calls it
+    (torch.ops, what Inductor emits for a custom op), nn.Linear patched and unpatched, and torch's own calls (F.linear,
+    and mm with out=, what Inductor emits for aten.mm)."""
+    m, n, k = shape
+    layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.float16)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    w, out = layer.weight.detach(), torch.empty(m, n, device="cuda", dtype=torch.float16)
+    calls = {
+        "cudal2_ops.linear": lambda: cudal2_ops.linear(x, w),
+        "torch.ops.cudal2.linear": lambda: torch.ops.cudal2.linear.default(x, w, None),
+        "F.linear": lambda: F.linear(x, w),
+        "torch.mm(out=)": lambda: torch.mm(x, w.t(), out=out),
+        "nn.Linear": lambda: layer(x),
+    }
+    with torch.no_grad():
+        times = {name: issue_us(call) for name, call in calls.items()}
+        patch_linear(layer)
+        try:
+            times["nn.Linear patched"] = issue_us(lambda: layer(x))
+        finally:
+            unpatch_linear(layer)
+    return {"shape": list(shape), "dtype": "fp16", "issue_us": times}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -70,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rng = random.Random(0)
     doc = {"environment": env.header(sys.argv[1:]), "protocol": __doc__.split("\n\n")[1],
-           "rows": [measure(shape, rng) for shape in SHAPES]}
+           "rows": [measure(shape, rng) for shape in SHAPES], "entry_points": entry_points()}
     doc["environment"]["command"] = "python -m benchmarks.api_latency " + " ".join(argv or sys.argv[1:])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
@@ -79,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['shape']}: offline median cudal2 {off['cudal2']['median_us']:.1f} us vs torch "
               f"{off['torch']['median_us']:.1f} us; issue {row['issue_us']['cudal2']:.2f} vs "
               f"{row['issue_us']['torch']:.2f} us; dispatch {row['dispatch_ns']:.0f} ns ({row['path']})")
+    entries = doc["entry_points"]
+    print(f"issue time of one linear {entries['shape']}: "
+          + ", ".join(f"{name} {us:.2f} us" for name, us in entries["issue_us"].items()))
     return 0
 
 

@@ -8,9 +8,10 @@ Model: benchmarks/llama_block.py with Llama-3-8B projection shapes (hidden 4096,
 Scenarios: prefill (B x S tokens, causal) and decode (one new token per sequence at position `--ctx` with a
 static KV cache), each in the modes eager / compile (torch.compile(fullgraph=True) per decoder layer) and, for decode,
 graph / compile+graph (the step captured in a torch.cuda.CUDAGraph and replayed).
-Each scenario runs the unpatched and the patched model (same weights and inputs) in alternating blocks of timed calls,
-every other round reversed (an even number of rounds: each variant leads as often as it follows, so clock and
-thermal drift, and the first block after setup, weigh on both alike):
+Each scenario runs the unpatched and the patched model (same weights and inputs) in short alternating blocks of timed
+calls (default 20 rounds of 3 calls per variant), every other round reversed: each variant leads as often as it
+follows, so clock and thermal drift, the first block after setup, and the host's slow spells (eager and compiled
+steps are host-bound) weigh on both alike:
 GPU time = CUDA events around the call; e2e latency = host perf_counter around the call with a synchronize before
 and after. Reported: medians, tokens/s (from e2e latency), speedup = unpatched / patched, and the relative error
 ||patched - unpatched|| / ||unpatched|| of the stack's output (with, as a yardstick for non-eager modes, the same
@@ -419,10 +420,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seq", type=int, default=2048, help="prefill tokens per sequence")
     ap.add_argument("--decode-batches", type=_ints, default=[1, 8, 32, 64])
     ap.add_argument("--ctx", type=int, default=1024, help="cached tokens before the decoded one")
-    ap.add_argument("--iters", type=int, default=40, help="timed calls per variant")
-    ap.add_argument("--rounds", type=int, default=8,
+    ap.add_argument("--iters", type=int, default=60, help="timed calls per variant")
+    ap.add_argument("--rounds", type=int, default=20,
                     help="rounds of one unpatched and one patched block (even: every other round is reversed)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed calls before each block")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed calls before each block")
     ap.add_argument("--budget-s", type=float, default=170.0, help="skip remaining scenarios once this is spent")
     ap.add_argument("--include", nargs="*", default=None,
                     help="patch only Linear modules matching these fnmatch patterns (e.g. '*.mlp.*'); default all")
