@@ -26,6 +26,7 @@ import torch.nn.functional as F
 import cudal2_ops
 from benchmarks import env, timing
 from cudal2_ops._extension import _C
+from cudal2_ops import patch
 from cudal2_ops.patch import patch_linear, unpatch_linear
 
 SHAPES = [(64, 64, 64), (256, 256, 256), (1024, 1024, 1024), (16, 4096, 4096)]
@@ -82,11 +83,19 @@ def entry_points(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
         "torch.mm(out=)": lambda: torch.mm(x, w.t(), out=out),
         "nn.Linear": lambda: layer(x),
     }
+    # The patched layer's path, piece by piece: its routing check, the routed forward without the module call, and
+    # the public op with the layer's own nn.Parameter weight.
+    patched = {
+        "nn.Linear patched": lambda: layer(x),
+        "patch: routed forward": lambda: patch._cudal2_linear_forward(layer, x),
+        "patch: routing check": lambda: patch._route_dtype(x, layer.weight, None),
+        "cudal2_ops.linear(parameter)": lambda: cudal2_ops.linear(x, layer.weight),
+    }
     with torch.no_grad():
         times = {name: issue_us(call) for name, call in calls.items()}
         patch_linear(layer)
         try:
-            times["nn.Linear patched"] = issue_us(lambda: layer(x))
+            times |= {name: issue_us(call) for name, call in patched.items()}
         finally:
             unpatch_linear(layer)
     return {"shape": list(shape), "dtype": "fp16", "issue_us": times}
