@@ -88,9 +88,11 @@ def _route_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         ok = (dtype in _HALF and _plain_cuda(x, _AUTOCAST_INPUTS) and _plain_cuda(weight, _AUTOCAST_INPUTS)
               and _plain_cuda(bias, _AUTOCAST_INPUTS))
         return dtype if ok else None
-    dtype = x.dtype
-    ok = dtype in _HALF and _plain_cuda(x, _HALF) and _plain_cuda(weight, (dtype,)) and _plain_cuda(bias, (dtype,))
-    return dtype if ok else None
+    dtype = x.dtype  # checks inlined: this runs on every eager call of a routed layer (x is known to be CUDA)
+    if (dtype in _HALF and weight.dtype == dtype and type(x) in _PLAIN and type(weight) in _PLAIN and weight.is_cuda
+            and (bias is None or (bias.dtype == dtype and type(bias) in _PLAIN and bias.is_cuda))):
+        return dtype
+    return None
 
 
 def _cudal2_linear_forward(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +101,7 @@ def _cudal2_linear_forward(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     dtype = _route_dtype(x, weight, bias)
     if dtype is None:
         return F.linear(x, weight, bias)
-    if torch.is_autocast_enabled("cuda"):
+    if x.dtype != dtype or weight.dtype != dtype or (bias is not None and bias.dtype != dtype):  # autocast's casts
         x, weight = x.to(dtype), weight.to(dtype)
         bias = None if bias is None else bias.to(dtype)
     return cudal2_ops.linear(x, weight, bias)

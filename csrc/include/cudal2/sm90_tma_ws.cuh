@@ -201,17 +201,23 @@ struct TmaWsGemmImpl {
   // Workspace CUTLASS's kernel needs (stream-K partials and locks; 0 for most persistent runs).
   static size_t workspace_size(const cudal2_problem* p) { return Gemm::get_workspace_size(arguments(p)); }
 
-  // Builds the params (TMA descriptors) on the host and enqueues the kernel on p->stream.
+  // Builds the params (TMA descriptors) on the host and enqueues the kernel on p->stream. What
+  // GemmUniversalAdapter::initialize() does, except that the dynamic shared-memory opt-in is set once per device
+  // (initialize() sets it on every call: a runtime call of microseconds on the eager path).
   static cudal2_status launch(const cudal2_problem* p) {
     const Arguments args = arguments(p);
     if (p->workspace_bytes < Gemm::get_workspace_size(args)) return CUDAL2_WORKSPACE_TOO_SMALL;
     cudaStream_t stream = static_cast<cudaStream_t>(p->stream);
-    Gemm gemm;
-    if (gemm.initialize(args, p->workspace, stream) != cutlass::Status::kSuccess) return CUDAL2_LAUNCH_FAILED;
+    // Stream-K partials and locks are zeroed per launch (a no-op for the other schedulers).
+    if (Kernel::initialize_workspace(args, p->workspace, stream) != cutlass::Status::kSuccess)
+      return CUDAL2_LAUNCH_FAILED;
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, p->workspace);
+    if (allow_dynamic_smem<cutlass::device_kernel<Kernel>>(Kernel::SharedStorageSize) != cudaSuccess)
+      return CUDAL2_LAUNCH_FAILED;
     // run() checks the launch with cudaGetLastError itself.
     // Only kernels built with grid-dependency control (loads wait for the preceding grid) may launch with PDL.
     const bool pdl = CUDAL2_SM90_GDC && cudal2::pdl_allowed();
-    return gemm.run(stream, nullptr, pdl) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
+    return Gemm::run(params, stream, nullptr, pdl) == cutlass::Status::kSuccess ? CUDAL2_OK : CUDAL2_LAUNCH_FAILED;
   }
 };
 
