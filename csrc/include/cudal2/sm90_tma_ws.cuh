@@ -52,6 +52,7 @@
 
 #include "cudal2/kernel_export.h"
 #include "cudal2/launch.cuh"
+#include "cudal2/params_cache.h"
 
 namespace cudal2 {
 namespace sm90 {
@@ -201,9 +202,10 @@ struct TmaWsGemmImpl {
   // Workspace CUTLASS's kernel needs (stream-K partials and locks; 0 for most persistent runs).
   static size_t workspace_size(const cudal2_problem* p) { return Gemm::get_workspace_size(arguments(p)); }
 
-  // Builds the params (TMA descriptors) on the host and enqueues the kernel on p->stream. What
-  // GemmUniversalAdapter::initialize() does, except that the dynamic shared-memory opt-in is set once per device
-  // (initialize() sets it on every call: a runtime call of microseconds on the eager path).
+  // Builds the params (TMA descriptors) on the host, or reuses those of a repeated problem (params_cache.h), and
+  // enqueues the kernel on p->stream. What GemmUniversalAdapter::initialize() does, except that the dynamic
+  // shared-memory opt-in is set once per device (initialize() sets it on every call: a runtime call of microseconds
+  // on the eager path).
   static cudal2_status launch(const cudal2_problem* p) {
     const Arguments args = arguments(p);
     if (p->workspace_bytes < Gemm::get_workspace_size(args)) return CUDAL2_WORKSPACE_TOO_SMALL;
@@ -211,7 +213,9 @@ struct TmaWsGemmImpl {
     // Stream-K partials and locks are zeroed per launch (a no-op for the other schedulers).
     if (Kernel::initialize_workspace(args, p->workspace, stream) != cutlass::Status::kSuccess)
       return CUDAL2_LAUNCH_FAILED;
-    typename Kernel::Params params = Kernel::to_underlying_arguments(args, p->workspace);
+    thread_local ParamsCache<typename Kernel::Params> cache;
+    typename Kernel::Params params =
+        cache.get(*p, [&] { return Kernel::to_underlying_arguments(args, p->workspace); });
     if (allow_dynamic_smem<cutlass::device_kernel<Kernel>>(Kernel::SharedStorageSize) != cudaSuccess)
       return CUDAL2_LAUNCH_FAILED;
     // run() checks the launch with cudaGetLastError itself.
