@@ -324,6 +324,7 @@ def markdown(doc: dict) -> str:
         f"- GPU: {h['gpu']} ({h['sm_count']} SMs), driver {smi.get('driver_version', '?')}, CUDA {h['cuda']}, "
         f"torch {h['torch']}, commit {h['commit']}, date {h['date']}",
         f"- command: `{h['command']}`; cudal2 extension available: {h['cudal2_available']}"
+        + "".join(f"; {name}={value}" for name, value in h.get("cudal2_environment", {}).items())
         + ("" if h["cudal2_available"] else " (NOT available: the patched path ran torch, speedups are noise)"),
         f"- protocol: {h['protocol']['timing']}; {h['protocol']['iters']} timed calls per variant",
         f"- patched: {h['patch']['routed_linear_modules']} of {h['patch']['linear_modules']} nn.Linear modules "

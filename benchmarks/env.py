@@ -50,6 +50,16 @@ def cublas_version() -> str | None:
     return None
 
 
+# The cudal2 environment variables that change what a benchmark measures (README "Environment variables").
+BEHAVIOUR_VARIABLES = ("CUDAL2_DISABLE_KERNELS", "CUDAL2_DISABLE_PDL", "CUDAL2_TABLE", "CUDAL2_TUNE", "CUDAL2_TUNE_FILE",
+                       "CUDAL2_KERNEL_LIBS")
+
+
+def cudal2_environment() -> dict[str, str]:
+    """The behaviour-changing CUDAL2_* variables set in this process (name -> value)."""
+    return {name: os.environ[name] for name in BEHAVIOUR_VARIABLES if name in os.environ}
+
+
 def pdl_disabled() -> bool:
     """Whether CUDAL2_DISABLE_PDL turns programmatic dependent launch of the sm90 kernels off in this process."""
     return os.environ.get("CUDAL2_DISABLE_PDL", "0") not in ("", "0")
@@ -131,7 +141,7 @@ def header(argv: list[str]) -> dict:
         "nvidia_smi": nvidia_smi(idx), "cuda": torch.version.cuda, "torch": torch.__version__,
         "torch_compiled_cuda": torch._C._cuda_getCompiledVersion(), "cublas": cublas_version(),
         "cutlass": cutlass_pin(), "cutlass_installed": _dist_version("nvidia-cutlass"), "package": package,
-        "commit": git_commit(), "pdl_disabled": pdl_disabled(),
+        "commit": git_commit(), "pdl_disabled": pdl_disabled(), "cudal2_environment": cudal2_environment(),
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.grid", *argv]),

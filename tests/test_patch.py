@@ -419,7 +419,9 @@ def test_e2e_plan_and_markdown():
                          "pct_of_copy_bandwidth": {"unpatched": 60.0, "patched": 75.0}, "target": 1.1,
                          "needed_projection_speedup": None}
     env["copy_bandwidth"] = {"gbs": 4000.0, "source": "copy"}
+    env["cudal2_environment"] = {"CUDAL2_DISABLE_KERNELS": "1"}
     md = e2e.markdown({"environment": env, "rows": [ok, skipped]})
+    assert "available: False; CUDAL2_DISABLE_KERNELS=1" in md
     assert "(4,000 GB/s, copy)" in md and "| bf16 | 1 | graph | 1.000 | 0.500 | 0.400 | 1.250 | 0.50 | 60.0 | 75.0 | 1.600 | - |" in md
 
 
@@ -464,3 +466,13 @@ def test_projection_chain_runs_every_linear_in_order(calls, cpu_route):
         out = chain.step()()
     P.unpatch_linear(model)
     assert calls.n == 7 * cfg.layers and out.shape == (3, 1, cfg.hidden)
+
+
+def test_benchmark_headers_record_behaviour_variables(monkeypatch):
+    from benchmarks import env
+
+    for name in env.BEHAVIOUR_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUDAL2_DISABLE_KERNELS", "1")
+    monkeypatch.setenv("CUDAL2_UNRELATED", "x")
+    assert env.cudal2_environment() == {"CUDAL2_DISABLE_KERNELS": "1"}
