@@ -28,6 +28,11 @@ def linear_modules(model: nn.Module) -> list[nn.Linear]:
     return [m for m in model.modules() if isinstance(m, nn.Linear)]
 
 
+def weight_bytes(modules: list[nn.Linear]) -> int:
+    """Bytes of the modules' weights: what their forward passes read from HBM at least once."""
+    return sum(m.weight.numel() * m.weight.element_size() for m in modules)
+
+
 class ProjectionChain:
     """Every Linear of `model` applied once, in order, to its own random input [batch, tokens, in_features]."""
 
@@ -39,7 +44,7 @@ class ProjectionChain:
         gen = torch.Generator(device=weight.device).manual_seed(seed)
         self.inputs = [torch.randn(batch, tokens, m.in_features, device=weight.device, generator=gen).to(weight.dtype)
                        for m in self.modules]
-        self.weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in self.modules)
+        self.weight_bytes = weight_bytes(self.modules)
 
     def step(self) -> Callable[[], torch.Tensor]:
         """One pass over the chain (through each module's forward, patched or not); returns the last output."""

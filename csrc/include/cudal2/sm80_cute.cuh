@@ -79,7 +79,7 @@ struct Launcher {
     return size_t(pl.splits) * size_t(pl.tiles_m) * Tr::BM * size_t(pl.tiles_n) * Tr::BN * sizeof(float);
   }
 
-  // Raises the kernel's dynamic shared memory limit once per device (no-op below the 48 KiB default).
+  // Enqueues the GEMM (and, with split-K outside a cluster, the reduction of its partials) on p->stream.
   static cudal2_status launch(const cudal2_problem* p) {
     const cudal2_status ok = can_implement(p);
     if (ok != CUDAL2_OK) return ok;
