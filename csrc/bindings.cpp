@@ -220,9 +220,9 @@ TORCH_LIBRARY(cudal2, m) {
   m.def("matmul(Tensor a, Tensor b) -> Tensor");
   m.def("matmul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
   m.def("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor");
-  // linear; while a CUDA graph is being captured, also arms an L2 prefetch of `prefetch` (the next GEMMs' weights)
-  // that the next cudal2 GEMM places beside the kernels in between (weight_prefetch.h). Inference only: its backward
-  // raises.
+  // linear; while a CUDA graph is being captured, also adds an L2-prefetch node for `prefetch` (the next GEMMs'
+  // weights) that runs after this GEMM, beside the kernels that follow (weight_prefetch.h). Inference only: its
+  // backward raises.
   m.def("linear_prefetch(Tensor x, Tensor weight, Tensor? bias, Tensor[] prefetch, float fraction) -> Tensor");
 }
 
@@ -249,14 +249,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("matmul_out", &matmul_out_entry, "cudal2.matmul(a, b, out=out) for eager calls.");
   m.def("linear", &linear_entry, "cudal2.linear for eager calls (autograd only when a gradient is needed).");
   m.def("linear_prefetch", &linear_prefetch_entry, "cudal2.linear_prefetch for eager calls.");
-  m.def("weight_prefetch_counts", [] {
-    const WeightPrefetchCounts c = weight_prefetch_counts();
-    pybind11::dict d;
-    d["armed"] = c.armed;
-    d["placed"] = c.placed;
-    d["dropped"] = c.dropped;
-    return d;
-  }, "Weight prefetches armed, placed as graph nodes, and dropped, in this process.");
+  m.def("weight_prefetch_nodes", &weight_prefetch_nodes, "L2-prefetch graph nodes added in this process.");
   m.def("load_kernel_library", [](const std::string& path) { return KernelRegistry::instance().load_library(path); },
         "Loads a kernel library (.so); returns the number of kernels added.");
   m.def("kernel_names", [] { return KernelRegistry::instance().names(); });

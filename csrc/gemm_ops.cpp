@@ -6,7 +6,6 @@
 
 #include "dispatch.h"
 #include "gemm_route.h"
-#include "weight_prefetch.h"
 
 namespace cudal2 {
 namespace {
@@ -43,7 +42,6 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.size(-1) == b.size(0), "cudal2.matmul: shapes ", a.sizes(), " and ", b.sizes(),
               " cannot be multiplied (a's last dim ", a.size(-1), " must equal b's first dim ", b.size(0), ")");
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  if (a.is_cuda()) place_weight_prefetch();  // a prefetch armed by the previous GEMM of a capture
   std::vector<at::Tensor> copies;
   Route route = route_or_copy(a, b, nullptr, copies);
   if (!route.ours) return at::matmul(a, b);
@@ -63,7 +61,6 @@ at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
   if (output_misaligned(out)) return out.copy_(cudal2::matmul(a, b));  // the aligned path, then one copy
   check_gemm_inputs("cudal2.matmul", a, b, nullptr);
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  if (a.is_cuda()) place_weight_prefetch();  // a prefetch armed by the previous GEMM of a capture
   std::vector<at::Tensor> copies;
   Route route = route_or_copy(a, b, nullptr, copies);
   if (!route.ours) return at::matmul_out(out, a, b);
@@ -85,7 +82,6 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
                 " elements but weight ", weight.sizes(), " has N=", weight.size(0), " outputs");
   }
   c10::cuda::OptionalCUDAGuard guard(x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt);
-  if (x.is_cuda()) place_weight_prefetch();  // a prefetch armed by the previous GEMM of a capture
   std::vector<at::Tensor> copies;
   Route route = route_or_copy(x, weight.t(), bias_ptr, copies);
   if (!route.ours) return at::linear(x, weight, bias);
