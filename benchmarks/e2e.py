@@ -16,9 +16,6 @@ GPU time = CUDA events around the call; e2e latency = host perf_counter around t
 and after. Reported: medians, tokens/s (from e2e latency), speedup = unpatched / patched, and the relative error
 ||patched - unpatched|| / ||unpatched|| of the stack's output (with, as a yardstick for non-eager modes, the same
 error of unpatched-in-this-mode vs unpatched-eager).
-With `--prefetch-l2 F` (default 0.5) the patched model also carries a weight-prefetch plan
-(`cudal2_ops.plan_weight_prefetch`, at most F x the L2 per gap between projection groups), which acts in the graph
-modes only; `--prefetch-l2 0` measures the kernels alone.
 Decode in the graph modes also times the step's projections alone (benchmarks/projection_bound.py): their share of
 the step, their speedup, and the step speedup bound by streaming every weight at the copy bandwidth measured in the
 same run.
@@ -48,7 +45,6 @@ from benchmarks import env, projection_bound
 from benchmarks.decode_bandwidth import copy_bandwidth
 from benchmarks.llama_block import LlamaConfig, LlamaStack, rope_tables, run_layers
 from cudal2_ops.patch import patch_linear, unpatch_linear
-from cudal2_ops.prefetch import paused_weight_prefetch, plan_weight_prefetch
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PHASE_MODES = {"prefill": ("eager", "compile"), "decode": ("eager", "graph", "compile", "compile+graph")}
@@ -184,18 +180,6 @@ class Bench:
         # variants recompiles through guards instead of resetting all compiled code (see cudal2_ops.patch).
         self.keep_patch_installed = torch.nn.Linear(1, 1)
         patch_linear(self.keep_patch_installed)
-        self.prefetch_plans: dict[str, dict] = {}  # per dtype: the weight-prefetch plan's summary
-
-    def plan_prefetch(self, model: LlamaStack, sc: Scenario, work: Workload) -> None:
-        """Attach the patched model's weight-prefetch plan (once per dtype), recorded on an eager step of `work`."""
-        if self.args.prefetch_l2 <= 0 or sc.dtype in self.prefetch_plans:
-            return
-        self.set_patched(model, True)
-        l2 = torch.cuda.get_device_properties(model.norm.weight.device).L2_cache_size
-        plan = plan_weight_prefetch(model, work.step(model.layers), budget_bytes=int(self.args.prefetch_l2 * l2))
-        self.prefetch_plans[sc.dtype] = {"groups": len(plan.groups), "budget_bytes": plan.budget_bytes,
-                                         "prefetched_bytes_per_step": plan.prefetched_bytes,
-                                         "first_groups": [list(g) for g in plan.groups[:4]]}
 
     def model(self, dtype: str) -> LlamaStack:
         if dtype not in self.models:
@@ -232,7 +216,6 @@ class Bench:
             torch._dynamo.reset()
             self.compile_group = (sc.dtype, sc.phase)
         work = Workload(model, sc, args.seed)
-        self.plan_prefetch(model, sc, work)
         t0 = time.perf_counter()
         runners, outs = {}, {}
         for patched in (False, True):
@@ -263,9 +246,7 @@ class Bench:
         key = (sc.dtype, sc.batch)
         if key not in self.chain_ms:  # the compile+graph scenario reuses the graph scenario's chain
             chain = projection_bound.ProjectionChain(model, sc.batch, seed=self.args.seed)
-            with paused_weight_prefetch(model):  # the GEMMs alone (a chain has no gaps for a prefetch to use)
-                runners = {patched: self.runner_for(model, patched, chain.step(), graph=True)
-                           for patched in (False, True)}
+            runners = {patched: self.runner_for(model, patched, chain.step(), graph=True) for patched in (False, True)}
             samples = self.time_alternating(runners, model)
             self.chain_ms[key] = {name: statistics.median(samples[patched][0])
                                   for patched, name in ((False, "unpatched"), (True, "patched"))}
@@ -323,9 +304,6 @@ def environment(argv: list[str], cfg: LlamaConfig, args: argparse.Namespace) -> 
     unpatch_linear(meta_model)
     hdr["patch"] = {"include": args.include, "exclude": args.exclude, "routed_linear_modules": len(routed),
                     "linear_modules": sum(isinstance(m, torch.nn.Linear) for m in meta_model.modules())}
-    hdr["prefetch"] = {"l2_fraction": args.prefetch_l2,
-                       "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size if torch.cuda.is_available()
-                       else None}
     hdr["protocol"] = {"iters": args.iters, "rounds": args.rounds, "warmup_per_block": args.warmup,
                        "budget_s": args.budget_s, "timing": "CUDA events (gpu_ms) and perf_counter with synchronize "
                        "(e2e_ms) around each call; unpatched/patched blocks alternate, every other round reversed; "
@@ -350,7 +328,6 @@ def markdown(doc: dict) -> str:
         + "".join(f"; {name}={value}" for name, value in h.get("cudal2_environment", {}).items())
         + ("" if h["cudal2_available"] else " (NOT available: the patched path ran torch, speedups are noise)"),
         f"- protocol: {h['protocol']['timing']}; {h['protocol']['iters']} timed calls per variant",
-        prefetch_line(h),
         f"- patched: {h['patch']['routed_linear_modules']} of {h['patch']['linear_modules']} nn.Linear modules "
         f"(include {h['patch']['include']}, exclude {h['patch']['exclude']})",
         "- speedup = unpatched / patched (> 1: patched faster); rel err = ||patched - unpatched|| / ||unpatched|| of "
@@ -379,18 +356,6 @@ def markdown(doc: dict) -> str:
                      f"{statistics.geometric_mean(r['speedup_gpu'] for r in rows):.3f} | "
                      f"{statistics.geometric_mean(r['speedup_e2e'] for r in rows):.3f} |")
     return "\n".join(lines + projection_lines(doc)) + "\n"
-
-
-def prefetch_line(h: dict) -> str:
-    """The header line on the patched model's weight-prefetch plans."""
-    pf, plans = h.get("prefetch", {}), h.get("prefetch_plans", {})
-    if not pf.get("l2_fraction"):
-        return "- weight prefetch: off (the patched model runs the table kernels and cuBLASLt only)"
-    per_dtype = "; ".join(f"{dtype}: {p['groups']} projection groups, {p['prefetched_bytes_per_step'] / 2**20:.0f} MiB "
-                          "prefetched per step" for dtype, p in plans.items())
-    return (f"- weight prefetch (patched model, CUDA-graph modes only): plan_weight_prefetch with at most "
-            f"{pf['l2_fraction']:g} x L2 ({(pf['l2_bytes'] or 0) / 2**20:.0f} MiB) per gap between projection groups"
-            + (f"; {per_dtype}" if per_dtype else ""))
 
 
 def projection_lines(doc: dict) -> list[str]:
@@ -465,13 +430,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--include", nargs="*", default=None,
                     help="patch only Linear modules matching these fnmatch patterns (e.g. '*.mlp.*'); default all")
     ap.add_argument("--exclude", nargs="*", default=None, help="never patch modules matching these patterns")
-    ap.add_argument("--prefetch-l2", type=float, default=0.5,
-                    help="weight-prefetch plan of the patched model: at most this fraction of the L2 prefetched per "
-                    "gap between projection groups (graph modes only); 0: no plan")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    if not 0 <= args.prefetch_l2 <= 1:
-        ap.error(f"--prefetch-l2 must be in [0, 1], got {args.prefetch_l2}")
     if args.rounds < 2 or args.rounds % 2:
         ap.error(f"--rounds must be even and >= 2 (each variant leads in half of the rounds), got {args.rounds}")
     if args.quick:
@@ -514,7 +474,6 @@ def main(argv: list[str] | None = None) -> int:
         doc["rows"].append(row)
         doc["environment"]["wall_s"] = time.perf_counter() - start
         doc["environment"]["copy_bandwidth"] = bench.copy_bandwidth
-        doc["environment"]["prefetch_plans"] = bench.prefetch_plans
         write(doc, args.out, stem)
         print(f"[{time.perf_counter() - start:6.1f}s] {sc.dtype} {sc.phase} B={sc.batch} {sc.mode}: "
               f"{row['status']}" + (f", speedup e2e {row['speedup_e2e']:.3f}" if "speedup_e2e" in row else ""),

@@ -4,7 +4,6 @@
 // Backward (a [..., K], b [K, N]; weight [N, K]): grad_a = grad @ b^T and grad_x = grad @ weight run through
 // cudal2.matmul (the transposed operands route to the NT/NN paths); the b, weight and bias gradients run through torch.
 #include <torch/autograd.h>
-#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 namespace cudal2 {
@@ -86,6 +85,4 @@ at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& weight, const 
 TORCH_LIBRARY_IMPL(cudal2, Autograd, m) {
   m.impl("matmul", &cudal2::matmul_autograd);
   m.impl("linear", &cudal2::linear_autograd);
-  // Inference only (prefetch plans apply to calls that need no gradient): a backward through it raises.
-  m.impl("linear_prefetch", torch::autograd::autogradNotImplementedFallback());
 }

@@ -13,7 +13,6 @@
 #include "gemm_ops.h"
 #include "gemm_route.h"
 #include "kernel_registry.h"
-#include "weight_prefetch.h"
 
 namespace cudal2 {
 namespace {
@@ -40,16 +39,6 @@ at::Tensor linear_entry(const at::Tensor& x, const at::Tensor& weight, const std
   if (needs_grad(x, weight, bias)) return op.call(x, weight, bias);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(x, weight, bias);
-}
-
-// The eager entry of linear_prefetch (the patched nn.Linear of a module with a prefetch plan): the same rule.
-at::Tensor linear_prefetch_entry(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                                 const std::vector<at::Tensor>& prefetch, double fraction) {
-  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("cudal2::linear_prefetch", "").typed<at::Tensor(
-      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, double)>();
-  if (needs_grad(x, weight, bias)) return op.call(x, weight, bias, prefetch, fraction);
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x, weight, bias, prefetch, fraction);
 }
 
 at::Tensor matmul_entry(const at::Tensor& a, const at::Tensor& b) {
@@ -220,10 +209,6 @@ TORCH_LIBRARY(cudal2, m) {
   m.def("matmul(Tensor a, Tensor b) -> Tensor");
   m.def("matmul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
   m.def("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor");
-  // linear; while a CUDA graph is being captured, also adds an L2-prefetch node for `prefetch` (the next GEMMs'
-  // weights) that runs after this GEMM, beside the kernels that follow (weight_prefetch.h). Inference only: its
-  // backward raises.
-  m.def("linear_prefetch(Tensor x, Tensor weight, Tensor? bias, Tensor[] prefetch, float fraction) -> Tensor");
 }
 
 // The same entry points serve CPU (they defer to torch there) and CUDA; fake kernels are in Python (cudal2_ops/ops.py),
@@ -232,14 +217,12 @@ TORCH_LIBRARY_IMPL(cudal2, CPU, m) {
   m.impl("matmul", &cudal2::matmul);
   m.impl("matmul.out", &cudal2::matmul_out);
   m.impl("linear", &cudal2::linear);
-  m.impl("linear_prefetch", &cudal2::linear_prefetch);
 }
 
 TORCH_LIBRARY_IMPL(cudal2, CUDA, m) {
   m.impl("matmul", &cudal2::matmul);
   m.impl("matmul.out", &cudal2::matmul_out);
   m.impl("linear", &cudal2::linear);
-  m.impl("linear_prefetch", &cudal2::linear_prefetch);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -248,8 +231,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("matmul", &matmul_entry, "cudal2.matmul for eager calls (autograd only when a gradient is needed).");
   m.def("matmul_out", &matmul_out_entry, "cudal2.matmul(a, b, out=out) for eager calls.");
   m.def("linear", &linear_entry, "cudal2.linear for eager calls (autograd only when a gradient is needed).");
-  m.def("linear_prefetch", &linear_prefetch_entry, "cudal2.linear_prefetch for eager calls.");
-  m.def("weight_prefetch_nodes", &weight_prefetch_nodes, "L2-prefetch graph nodes added in this process.");
   m.def("load_kernel_library", [](const std::string& path) { return KernelRegistry::instance().load_library(path); },
         "Loads a kernel library (.so); returns the number of kernels added.");
   m.def("kernel_names", [] { return KernelRegistry::instance().names(); });

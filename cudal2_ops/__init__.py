@@ -4,7 +4,6 @@
     y = cudal2_ops.matmul(a, b)            # torch.matmul semantics, b [K, N]
     y = cudal2_ops.linear(x, w, bias)      # F.linear semantics, w [N, K]
     cudal2_ops.patch_linear(model)         # route a model's nn.Linear layers through cudal2_ops.linear
-    cudal2_ops.plan_weight_prefetch(model, step)  # CUDA graphs of `step` prefetch weights between GEMMs
     cudal2_ops.explain(a, b)               # which kernel or cuBLASLt algorithm runs, and why
 
 Per-GPU tables pick a tuned kernel where it beat cuBLASLt; everything else runs cuBLASLt (autotuned with
@@ -18,12 +17,10 @@ from cudal2_ops import _extension
 from cudal2_ops.ops import explain, is_available, linear, matmul
 from cudal2_ops.patch import (CudaL2Linear, PatchSummary, is_linear_patched, patch_linear, patched_linear,
                               swap_linear, unpatch_linear, unswap_linear)
-from cudal2_ops.prefetch import PrefetchPlan, clear_weight_prefetch, plan_weight_prefetch
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "linear", "explain", "is_available", "patch_linear", "unpatch_linear", "patched_linear",
-           "is_linear_patched", "swap_linear", "unswap_linear", "CudaL2Linear", "PatchSummary", "plan_weight_prefetch",
-           "clear_weight_prefetch", "PrefetchPlan", "__version__"]
+           "is_linear_patched", "swap_linear", "unswap_linear", "CudaL2Linear", "PatchSummary", "__version__"]
 
 
 def _save_tuning_at_exit() -> None:

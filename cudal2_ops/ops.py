@@ -55,22 +55,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _C.linear(x, weight, bias)
 
 
-def linear_prefetch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    prefetch: list[torch.Tensor] | tuple[torch.Tensor, ...], fraction: float) -> torch.Tensor:
-    """`linear(x, weight, bias)`; while a CUDA graph is being captured, also arms an L2 prefetch of `fraction`
-    (0-1] of each matrix in `prefetch` (the weights of the next GEMMs), which the next cudal2 GEMM of the capture
-    places as a graph node running right after this GEMM, beside the kernels in between. Eager calls run the plain
-    linear. Inference only: a backward through it raises. Used by the patched nn.Linear of layers with a prefetch
-    plan (`cudal2_ops.plan_weight_prefetch`).
-    """
-    if _C is None:
-        _extension.warn_fallback_once()
-        return F.linear(x, weight, bias)
-    if _traced():
-        return torch.ops.cudal2.linear_prefetch.default(x, weight, bias, list(prefetch), fraction)
-    return _C.linear_prefetch(x, weight, bias, list(prefetch), fraction)
-
-
 def explain(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *, layout: str = "nn") -> dict:
     """Which path `matmul(a, b)` (layout "nn", b [K, N]) or `linear(a, b, bias)` (layout "nt", b [N, K]) would take.
 
@@ -98,17 +82,11 @@ def _fake_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return F.linear(x, weight, bias)
 
 
-def _fake_linear_prefetch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                          prefetch: list[torch.Tensor], fraction: float) -> torch.Tensor:
-    return F.linear(x, weight, bias)
-
-
 def _register() -> None:
     """Registers the fake kernels and the table loader of the C++-defined ops (autograd is in csrc/autograd.cpp)."""
     torch.library.register_fake("cudal2::matmul", _fake_matmul)
     torch.library.register_fake("cudal2::matmul.out", _fake_matmul_out)
     torch.library.register_fake("cudal2::linear", _fake_linear)
-    torch.library.register_fake("cudal2::linear_prefetch", _fake_linear_prefetch)
     from cudal2_ops import tables  # noqa: PLC0415 (imports torch.cuda helpers lazily)
 
     _C.set_table_loader(tables.install_table)

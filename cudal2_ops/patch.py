@@ -44,7 +44,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 import cudal2_ops
 
 __all__ = ["PatchSummary", "patch_linear", "unpatch_linear", "patched_linear", "CudaL2Linear", "swap_linear",
-           "unswap_linear", "is_linear_patched", "takes_cudal2_path"]
+           "unswap_linear", "is_linear_patched"]
 
 _HALF = (torch.float16, torch.bfloat16)
 _AUTOCAST_INPUTS = (torch.float32, torch.float16, torch.bfloat16)
@@ -95,17 +95,8 @@ def _route_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return None
 
 
-def takes_cudal2_path(module: nn.Linear, x: torch.Tensor) -> bool:
-    """Whether a routed `module` called on `x` runs cudal2 (CUDA fp16/bf16, see `_route_dtype`) rather than F.linear."""
-    return _route_dtype(x, module.weight, module.bias) is not None
-
-
 def _cudal2_linear_forward(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """y[..., N] = x[..., K] @ weight[N, K]^T + bias[N], via cudal2 when `_route_dtype` allows, else F.linear.
-
-    A module with a prefetch plan (`cudal2_ops.plan_weight_prefetch`) runs `linear_prefetch` when no gradient is
-    needed: the same GEMM, arming the plan's prefetch if a CUDA graph is being captured.
-    """
+    """y[..., N] = x[..., K] @ weight[N, K]^T + bias[N], via cudal2 when `_route_dtype` allows, else F.linear."""
     weight, bias = module.weight, module.bias
     dtype = _route_dtype(x, weight, bias)
     if dtype is None:
@@ -113,10 +104,6 @@ def _cudal2_linear_forward(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.dtype != dtype or weight.dtype != dtype or (bias is not None and bias.dtype != dtype):  # autocast's casts
         x, weight = x.to(dtype), weight.to(dtype)
         bias = None if bias is None else bias.to(dtype)
-    prefetch = module._cudal2_prefetch
-    if prefetch is not None and not (torch.is_grad_enabled() and (
-            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))):
-        return cudal2_ops.ops.linear_prefetch(x, weight, bias, prefetch.weights, prefetch.fraction)
     return cudal2_ops.linear(x, weight, bias)
 
 
@@ -131,7 +118,6 @@ def _patched_forward(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
 def _install() -> None:
     if nn.Linear.forward is not _patched_forward:
         nn.Linear._cudal2_route = False
-        nn.Linear._cudal2_prefetch = None  # a module's plan (cudal2_ops.prefetch) is an instance attribute
         nn.Linear.forward = _patched_forward
         torch.compiler.reset()  # code traced through torch's forward has no guard that would see the new one
 
@@ -140,7 +126,7 @@ def _uninstall_if_unused() -> None:
     if _global_on or len(_flagged) or nn.Linear.forward is not _patched_forward:
         return
     nn.Linear.forward = _TORCH_LINEAR_FORWARD
-    del nn.Linear._cudal2_route, nn.Linear._cudal2_prefetch
+    del nn.Linear._cudal2_route
 
 
 def is_linear_patched(module: nn.Module | None = None) -> bool:
@@ -256,8 +242,6 @@ class CudaL2Linear(nn.Linear):
 
     Same parameters, buffers and state_dict keys as nn.Linear: x [..., in_features] -> [..., out_features].
     """
-
-    _cudal2_prefetch = None  # a prefetch plan, when one is attached (cudal2_ops.prefetch)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not torch.jit.is_scripting():  # TorchScript compiles (and runs) plain F.linear
