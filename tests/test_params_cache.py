@@ -24,7 +24,7 @@ int main() {
   q.stream = reinterpret_cast<void*>(0x10);
   q.workspace_bytes = 123;
   if (cache.get(q, build) != 1) return fail("stream and workspace size are not part of the key");
-  const int fields = 11;
+  const int fields = 17;
   for (int f = 0; f < fields; ++f) {  // every field the params derive from is part of the key
     cudal2_problem r = p;
     switch (f) {
@@ -39,6 +39,12 @@ int main() {
       case 8: r.sm_count = 114; break;
       case 9: r.splits = 2; break;
       case 10: r.raster = 1; break;
+      case 11: r.n = 1024; break;
+      case 12: r.lda = 8192; break;
+      case 13: r.ldb = 8192; break;
+      case 14: r.swizzle = 2; break;
+      case 15: r.dtype = CUDAL2_BF16; break;
+      case 16: r.layout = CUDAL2_NT; break;
     }
     const int before = builds;
     cache.get(r, build);
