@@ -26,6 +26,7 @@ int main() {
   if (cache.get(q, build) != 1) return fail("stream and workspace size are not part of the key");
   const int fields = 17;
   for (int f = 0; f < fields; ++f) {  // every field the params derive from is part of the key
+    cache.get(p, build);  // p cached: r below differs from it in field f alone
     cudal2_problem r = p;
     switch (f) {
       case 0: r.m = 2; break;
