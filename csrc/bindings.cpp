@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 #include <torch/library.h>
+#include <ATen/record_function.h>
 
 #include <chrono>
 
@@ -55,6 +56,14 @@ at::Tensor matmul_out_entry(const at::Tensor& a, const at::Tensor& b, at::Tensor
   if (needs_grad(a, b, std::nullopt)) return op.call(a, b, out);  // autograd rejects out= as torch does
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   return op.call(a, b, out);
+}
+
+// What compiled code calls for cudal2::linear (cudal2_ops/inductor_lowering.py) into the output Inductor allocated.
+// Compiled graphs run below autograd, so this skips the dispatcher; the profiler still records it as cudal2::linear.
+at::Tensor& linear_out_entry(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                             at::Tensor& out) {
+  RECORD_FUNCTION("cudal2::linear", std::vector<c10::IValue>({x, weight}));
+  return linear_out(x, weight, bias, out);
 }
 
 cudal2_layout parse_layout(const std::string& layout) {
@@ -229,8 +238,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace cudal2;
   m.doc() = "cudal2 compiled extension: dispatcher, cuBLASLt fallback, kernel registry";
   m.def("matmul", &matmul_entry, "cudal2.matmul for eager calls (autograd only when a gradient is needed).");
-  m.def("matmul_out", &matmul_out_entry, "cudal2.matmul(a, b, out=out) for eager calls.");
+  m.def("matmul_out", &matmul_out_entry, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("out"),
+        "cudal2.matmul(a, b, out=out) for eager and compiled calls.");
   m.def("linear", &linear_entry, "cudal2.linear for eager calls (autograd only when a gradient is needed).");
+  m.def("linear_out", &linear_out_entry, pybind11::arg("x"), pybind11::arg("weight"),
+        pybind11::arg("bias") = pybind11::none(), pybind11::kw_only(), pybind11::arg("out"),
+        "cudal2.linear into out= for compiled code (below autograd).");
   m.def("load_kernel_library", [](const std::string& path) { return KernelRegistry::instance().load_library(path); },
         "Loads a kernel library (.so); returns the number of kernels added.");
   m.def("kernel_names", [] { return KernelRegistry::instance().names(); });

@@ -71,16 +71,25 @@ at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out
   return out;
 }
 
+namespace {
+
+// F.linear's shape checks for a routable call (x [..., K] with x.dim() >= 2, weight [N, K], bias [N] or none).
+void check_linear_inputs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor* bias) {
+  check_gemm_inputs("cudal2.linear", x, weight, bias);
+  TORCH_CHECK(x.size(-1) == weight.size(1), "cudal2.linear: input ", x.sizes(), " has ", x.size(-1),
+              " features but weight ", weight.sizes(), " expects ", weight.size(1), " (weight is [N, K])");
+  if (bias != nullptr) {
+    TORCH_CHECK(bias->numel() == weight.size(0), "cudal2.linear: bias has ", bias->numel(),
+                " elements but weight ", weight.sizes(), " has N=", weight.size(0), " outputs");
+  }
+}
+
+}  // namespace
+
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   if (x.dim() < 2 || weight.dim() != 2) return at::linear(x, weight, bias);
   const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
-  check_gemm_inputs("cudal2.linear", x, weight, bias_ptr);
-  TORCH_CHECK(x.size(-1) == weight.size(1), "cudal2.linear: input ", x.sizes(), " has ", x.size(-1),
-              " features but weight ", weight.sizes(), " expects ", weight.size(1), " (weight is [N, K])");
-  if (bias_ptr != nullptr) {
-    TORCH_CHECK(bias_ptr->numel() == weight.size(0), "cudal2.linear: bias has ", bias_ptr->numel(),
-                " elements but weight ", weight.sizes(), " has N=", weight.size(0), " outputs");
-  }
+  check_linear_inputs(x, weight, bias_ptr);
   c10::cuda::OptionalCUDAGuard guard(x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt);
   std::vector<at::Tensor> copies;
   Route route = route_or_copy(x, weight.t(), bias_ptr, copies);
@@ -89,6 +98,23 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
   if (dispatch_into(route, out)) return out;
   warn_torch_runs(route.args);
   return at::linear(x, weight, bias);
+}
+
+at::Tensor& linear_out(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       at::Tensor& out) {
+  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  const bool fits = x.dim() >= 2 && weight.dim() == 2 && takes_tuned_path(x) && out.device() == x.device() &&
+                    out.scalar_type() == x.scalar_type() && x.size(-1) == weight.size(1) &&
+                    out.sizes() == c10::IntArrayRef(output_sizes(x, weight.size(0))) && !output_misaligned(out) &&
+                    !out.is_alias_of(x) && !out.is_alias_of(weight) && !(bias_ptr && out.is_alias_of(*bias_ptr));
+  if (!fits) return out.copy_(cudal2::linear(x, weight, bias));  // linear's own checks, fallbacks and errors
+  check_linear_inputs(x, weight, bias_ptr);
+  c10::cuda::OptionalCUDAGuard guard(x.device());
+  std::vector<at::Tensor> copies;
+  Route route = route_or_copy(x, weight.t(), bias_ptr, copies);
+  if (route.ours && dispatch_into(route, out)) return out;
+  if (route.ours) warn_torch_runs(route.args);
+  return out.copy_(at::linear(x, weight, bias));
 }
 
 }  // namespace cudal2

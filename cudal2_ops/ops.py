@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from cudal2_ops import _extension
+from cudal2_ops import _extension, inductor_lowering
 from cudal2_ops._extension import _C
 
 
@@ -69,8 +69,10 @@ def explain(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, 
 
 
 # ---- fake (meta) kernels: shapes and dtypes only, for torch.compile / FakeTensor tracing -------------------------
+# Tracing is also when compiled code is about to be generated: the first fake call installs the Inductor lowerings.
 
 def _fake_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    inductor_lowering.install()
     return torch.matmul(a, b)
 
 
@@ -79,6 +81,7 @@ def _fake_matmul_out(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> 
 
 
 def _fake_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    inductor_lowering.install()
     return F.linear(x, weight, bias)
 
 

@@ -89,6 +89,42 @@ def test_autograd_matches_torch():
 
 
 @needs_ext
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_inductor_calls_the_out_entry_points(with_bias):
+    """Inductor lowers the ops to extern calls of the extension's out= entry points instead of the boxed torch.ops
+    call (a 1-D input runs torch's linear, as in eager). Results as in eager."""
+    from torch._inductor.utils import run_and_get_code
+
+    def f(x, w, b, v):
+        return cudal2_ops.linear(x, w, b), cudal2_ops.matmul(x, w.t()), cudal2_ops.linear(v, w)
+
+    torch._dynamo.reset()
+    x, w, v = torch.randn(2, 3, 8), torch.randn(4, 8), torch.randn(8)
+    b = torch.randn(4) if with_bias else None
+    out, codes = run_and_get_code(torch.compile(f, fullgraph=True), x, w, b, v)
+    code = "\n".join(codes)
+    assert code.count("extern_kernels.cudal2_linear(") == 1 and code.count("extern_kernels.cudal2_matmul(") == 1
+    assert "torch.ops.cudal2" not in code
+    for got, want in zip(out, f(x, w, b, v)):
+        torch.testing.assert_close(got, want)
+
+
+@needs_ext
+def test_inductor_cpp_wrapper_keeps_the_dispatcher_call():
+    """The C++ wrapper has no Python extern kernels: the lowering leaves it the op's dispatcher call."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    x, w = torch.randn(2, 3, 8), torch.randn(4, 8)
+    with config.patch(cpp_wrapper=True):
+        out, codes = run_and_get_code(torch.compile(lambda x, w: cudal2_ops.linear(x, w), fullgraph=True), x, w)
+    code = "\n".join(codes)
+    assert "cudal2::linear" in code and "extern_kernels.cudal2_linear" not in code
+    torch.testing.assert_close(out, F.linear(x, w))
+
+
+@needs_ext
 def test_compile_fullgraph_traces_the_custom_op():
     def f(x, w):
         return cudal2_ops.linear(x, w).relu()

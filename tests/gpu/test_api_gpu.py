@@ -164,6 +164,37 @@ def test_compile_fullgraph_and_opcheck():
     torch.library.opcheck(torch.ops.cudal2.matmul.default, (x, w.t().contiguous()))
 
 
+def test_compiled_code_calls_the_out_entry_points():
+    """Compiled code reaches the same routing and kernels through the out= entry points: bitwise the eager results."""
+    from torch._inductor.utils import run_and_get_code
+
+    x = torch.randn(2, 8, 256, device="cuda", dtype=torch.float16)
+    w = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+    bias = torch.randn(128, device="cuda", dtype=torch.float16)
+    f = torch.compile(lambda x, w, b: (cudal2_ops.linear(x, w, b), cudal2_ops.matmul(x, w.t())), fullgraph=True)
+    (y, z), codes = run_and_get_code(f, x, w, bias)
+    code = "\n".join(codes)
+    assert "extern_kernels.cudal2_linear(" in code and "extern_kernels.cudal2_matmul(" in code
+    assert torch.equal(y, cudal2_ops.linear(x, w, bias)) and torch.equal(z, cudal2_ops.matmul(x, w.t()))
+
+
+def test_linear_out_writes_any_output_buffer():
+    """_C.linear_out into a misaligned or non-contiguous buffer takes the copy path; into a fresh one, the direct path;
+    both equal the public op."""
+    from cudal2_ops._extension import _C
+
+    x = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(128, device="cuda", dtype=torch.bfloat16)
+    want = cudal2_ops.linear(x, w, bias)
+    buffers = [torch.empty(16, 128, device="cuda", dtype=torch.bfloat16),
+               torch.empty(16 * 128 + 1, device="cuda", dtype=torch.bfloat16)[1:].view(16, 128),
+               torch.empty(128, 16, device="cuda", dtype=torch.bfloat16).t()]
+    for out in buffers:
+        assert _C.linear_out(x, w, bias, out=out) is not None
+        assert torch.equal(out, want)
+
+
 def test_autograd_matches_torch():
     x = torch.randn(8, 64, 128, device="cuda", dtype=torch.float16, requires_grad=True)
     w = torch.randn(96, 128, device="cuda", dtype=torch.float16, requires_grad=True)
