@@ -51,8 +51,8 @@ def cublas_version() -> str | None:
 
 
 # The cudal2 environment variables that change what a benchmark measures (README "Environment variables").
-BEHAVIOUR_VARIABLES = ("CUDAL2_DISABLE_KERNELS", "CUDAL2_DISABLE_PDL", "CUDAL2_TABLE", "CUDAL2_TUNE", "CUDAL2_TUNE_FILE",
-                       "CUDAL2_KERNEL_LIBS")
+BEHAVIOUR_VARIABLES = ("CUDAL2_DISABLE_KERNELS", "CUDAL2_DISABLE_PDL", "CUDAL2_DISABLE_INDUCTOR_LOWERING", "CUDAL2_TABLE",
+                       "CUDAL2_TUNE", "CUDAL2_TUNE_FILE", "CUDAL2_KERNEL_LIBS")
 
 
 def cudal2_environment() -> dict[str, str]:

@@ -4,7 +4,8 @@
 #   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
 #
 # Stages: build, tests, latency, sweep, sweep-cold, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
-# e2e, e2e-trace (kernels and host ops per step, unpatched vs patched, compiled), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
+# e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
+# (kernels and host ops per step, unpatched vs patched, compiled), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
 # table from OUT_DIR/sweep.json, merged with OUT_DIR/sweep_cold.json when present, then a rebuild that compiles any
 # kernel it names). sweep-cold re-sweeps M <= 64 with cold weights (the decode regime). The sweep runs with PDL off
 # (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps.
@@ -54,6 +55,11 @@ run_stage() {
                  --modes kernel --out "$OUT_DIR/llm_kernel.json" ;;
     decode-bw) stage decode_bw "$PY" -m benchmarks.decode_bandwidth --out "$OUT_DIR/decode_bandwidth.json" ;;
     e2e) stage e2e "$PY" -m benchmarks.e2e --out "$OUT_DIR" ;;
+    e2e-lowering) for v in on off; do
+                    CUDAL2_DISABLE_INDUCTOR_LOWERING=$([ $v = off ] && echo 1 || echo 0) TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 \
+                      stage e2e_lowering_$v "$PY" -m benchmarks.e2e --out "$OUT_DIR/e2e_lowering_$v" \
+                      --modes compile,compile+graph --prefill-batches "" --budget-s "${E2E_BUDGET_S:-120}"
+                  done ;;
     e2e-trace) stage e2e_trace "$PY" -m benchmarks.e2e_trace --out "$OUT_DIR" ;;
     table) stage table "$PY" -m search.table_select "$OUT_DIR/sweep.json" \
              $([ -f "$OUT_DIR/sweep_cold.json" ] && echo "$OUT_DIR/sweep_cold.json") \

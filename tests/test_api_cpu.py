@@ -1,4 +1,7 @@
 """Public API on the CPU: torch semantics of the fallback path, errors, explain, op registration, autograd, compile."""
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -93,6 +96,7 @@ def test_autograd_matches_torch():
 def test_inductor_calls_the_out_entry_points(with_bias):
     """Inductor lowers the ops to extern calls of the extension's out= entry points instead of the boxed torch.ops
     call (a 1-D input runs torch's linear, as in eager). Results as in eager."""
+    from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
 
     def f(x, w, b, v):
@@ -101,7 +105,8 @@ def test_inductor_calls_the_out_entry_points(with_bias):
     torch._dynamo.reset()
     x, w, v = torch.randn(2, 3, 8), torch.randn(4, 8), torch.randn(8)
     b = torch.randn(4) if with_bias else None
-    out, codes = run_and_get_code(torch.compile(f, fullgraph=True), x, w, b, v)
+    with config.patch(force_disable_caches=True):
+        out, codes = run_and_get_code(torch.compile(f, fullgraph=True), x, w, b, v)
     code = "\n".join(codes)
     assert code.count("extern_kernels.cudal2_linear(") == 1 and code.count("extern_kernels.cudal2_matmul(") == 1
     assert "torch.ops.cudal2" not in code
@@ -117,11 +122,40 @@ def test_inductor_cpp_wrapper_keeps_the_dispatcher_call():
 
     torch._dynamo.reset()
     x, w = torch.randn(2, 3, 8), torch.randn(4, 8)
-    with config.patch(cpp_wrapper=True):
+    with config.patch(cpp_wrapper=True, force_disable_caches=True):
         out, codes = run_and_get_code(torch.compile(lambda x, w: cudal2_ops.linear(x, w), fullgraph=True), x, w)
     code = "\n".join(codes)
     assert "cudal2::linear" in code and "extern_kernels.cudal2_linear" not in code
     torch.testing.assert_close(out, F.linear(x, w))
+
+
+_COMPILE_SCRIPT = """
+import torch, torch.nn.functional as F, cudal2_ops
+from torch._inductor.utils import run_and_get_code
+x, w = torch.randn(2, 8), torch.randn(4, 8)
+out, codes = run_and_get_code(torch.compile(lambda x, w: cudal2_ops.linear(x, w)), x, w)
+torch.testing.assert_close(out, F.linear(x, w))
+print("fallback" if "torch.ops.cudal2.linear.default(" in "\\n".join(codes) else "lowered")
+"""
+
+
+def _compile_in_fresh_process(env: dict[str, str]) -> str:
+    """Runs _COMPILE_SCRIPT in a new process with `env` added; returns how its compiled code calls the op."""
+    done = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+@needs_ext
+def test_inductor_lowering_can_be_turned_off(tmp_path):
+    """CUDAL2_DISABLE_INDUCTOR_LOWERING=1: a fresh process compiles the op to its torch.ops fallback call; without it,
+    to the extern call. A process with the lowering off that Inductor's cache serves lowered code still runs it."""
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    off = {"CUDAL2_DISABLE_INDUCTOR_LOWERING": "1"}
+    assert _compile_in_fresh_process({**off, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}) == "fallback"
+    assert _compile_in_fresh_process(cache) == "lowered"
+    assert _compile_in_fresh_process({**cache, **off}) == "lowered"  # served from the cache, extern kernels present
 
 
 @needs_ext
