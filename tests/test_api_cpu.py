@@ -115,6 +115,28 @@ def test_inductor_calls_the_out_entry_points(with_bias):
 
 
 @needs_ext
+def test_inductor_lowering_in_training():
+    """Forward and backward graphs both call the extern kernels (the backward with a broadcast, stride-0 gradient);
+    the gradients are torch's."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    x, w, b = (torch.randn(*shape, requires_grad=True) for shape in ((2, 3, 8), (4, 8), (4,)))
+    compiled = torch.compile(lambda x, w, b: cudal2_ops.linear(x, w, b).sum())
+    with config.patch(force_disable_caches=True):
+        _, codes = run_and_get_code(lambda: compiled(x, w, b).backward())
+    code = "\n".join(codes)
+    assert "extern_kernels.cudal2_linear(" in code and "extern_kernels.cudal2_matmul(" in code
+    grads = [t.grad for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    F.linear(x, w, b).sum().backward()
+    for got, t in zip(grads, (x, w, b)):
+        torch.testing.assert_close(got, t.grad)
+
+
+@needs_ext
 def test_inductor_cpp_wrapper_keeps_the_dispatcher_call():
     """The C++ wrapper has no Python extern kernels: the lowering leaves it the op's dispatcher call."""
     from torch._inductor import config
