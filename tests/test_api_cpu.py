@@ -77,18 +77,23 @@ def test_ops_registered_and_opcheck_passes():
     torch.library.opcheck(torch.ops.cudal2.linear.default, (x, w, bias))
 
 
+def assert_grads_match_torch(inputs: tuple[torch.Tensor, ...]) -> None:
+    """The .grad of each of `inputs` (x, weight, bias) equals what F.linear(...).sum().backward() gives."""
+    grads = [t.grad for t in inputs]
+    for t in inputs:
+        t.grad = None
+    F.linear(*inputs).sum().backward()
+    for got, t in zip(grads, inputs):
+        torch.testing.assert_close(got, t.grad)
+
+
 @needs_ext
 def test_autograd_matches_torch():
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
     cudal2_ops.linear(x, w, bias).sum().backward()
-    grads = [t.grad.clone() for t in (x, w, bias)]
-    for t in (x, w, bias):
-        t.grad = None
-    F.linear(x, w, bias).sum().backward()
-    for got, t in zip(grads, (x, w, bias)):
-        torch.testing.assert_close(got, t.grad)
+    assert_grads_match_torch((x, w, bias))
 
 
 @needs_ext
@@ -128,12 +133,7 @@ def test_inductor_lowering_in_training():
         _, codes = run_and_get_code(lambda: compiled(x, w, b).backward())
     code = "\n".join(codes)
     assert "extern_kernels.cudal2_linear(" in code and "extern_kernels.cudal2_matmul(" in code
-    grads = [t.grad for t in (x, w, b)]
-    for t in (x, w, b):
-        t.grad = None
-    F.linear(x, w, b).sum().backward()
-    for got, t in zip(grads, (x, w, b)):
-        torch.testing.assert_close(got, t.grad)
+    assert_grads_match_torch((x, w, b))
 
 
 @needs_ext
