@@ -1,8 +1,9 @@
 """The public GEMM API: `matmul`, `linear`, `explain`, and the fake (meta) kernels of the custom ops.
 
 `torch.ops.cudal2.matmul/linear` are defined in C++ (csrc/bindings.cpp). Eager calls enter through `_C.matmul/linear`,
-which dispatch the same ops from C++ (below autograd when no gradient is needed); traced and compiled calls use
-torch.ops directly. Without the compiled extension every function runs torch.
+which dispatch the same ops from C++ (below autograd when no gradient is needed); traced calls use torch.ops, and the
+code Inductor generates for them calls `_C.linear_out/matmul_out` (inductor_lowering.py). Without the compiled
+extension every function runs torch.
 """
 from __future__ import annotations
 
