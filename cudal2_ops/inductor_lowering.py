@@ -58,23 +58,30 @@ def _register(lower: bool) -> bool:
     fallback_linear = lowering.fallback_handler(ops.linear.default, add_to_fallback_set=False)
     fallback_matmul = lowering.fallback_handler(ops.matmul.default, add_to_fallback_set=False)
 
-    def extern_out(name: str, inputs: list, like, size: list):
-        """An ExternKernelOut calling extern_kernels.<name>(*inputs, out=<contiguous [size] buffer of like's dtype>)."""
-        layout = ir.FixedLayout(like.get_device(), like.get_dtype(), size, ir.FlexibleLayout.contiguous_strides(size))
-        return ir.TensorBox.create(ir.ExternKernelOut(
-            layout=layout, inputs=[ir.ExternKernel.realize_input(t) for t in inputs],
-            python_kernel_name=f"extern_kernels.{name}"))
+    def extern_out(name: str, inputs: list, like, size: list, fallback):
+        """An ExternKernelOut calling extern_kernels.<name>(*inputs, out=<contiguous [size] buffer of like's dtype>);
+        `fallback(*inputs)` where this torch's IR does not take it as built here."""
+        try:
+            layout = ir.FixedLayout(like.get_device(), like.get_dtype(), size,
+                                    ir.FlexibleLayout.contiguous_strides(size))
+            return ir.TensorBox.create(ir.ExternKernelOut(
+                layout=layout, inputs=[ir.ExternKernel.realize_input(t) for t in inputs],
+                python_kernel_name=f"extern_kernels.{name}"))
+        except (TypeError, AttributeError) as exc:
+            warnings.warn(f"cudal2: Inductor lowering of {name} failed ({exc!r}); compiled code calls torch.ops.cudal2",
+                          RuntimeWarning, stacklevel=2)
+            return fallback(*inputs)
 
     def lower_linear(x, weight, bias=None):
         if V.graph.cpp_wrapper or len(x.get_size()) < 2 or len(weight.get_size()) != 2:
             return fallback_linear(x, weight, bias)
         size = [*x.get_size()[:-1], weight.get_size()[0]]
-        return extern_out("cudal2_linear", [x, weight] + ([] if bias is None else [bias]), x, size)
+        return extern_out("cudal2_linear", [x, weight] + ([] if bias is None else [bias]), x, size, fallback_linear)
 
     def lower_matmul(a, b):
         if V.graph.cpp_wrapper or len(a.get_size()) < 2 or len(b.get_size()) != 2:
             return fallback_matmul(a, b)
-        return extern_out("cudal2_matmul", [a, b], a, [*a.get_size()[:-1], b.get_size()[1]])
+        return extern_out("cudal2_matmul", [a, b], a, [*a.get_size()[:-1], b.get_size()[1]], fallback_matmul)
 
     lowering.register_lowering(ops.linear.default, type_promotion_kind=None)(lower_linear)
     lowering.register_lowering(ops.matmul.default, type_promotion_kind=None)(lower_matmul)

@@ -137,6 +137,25 @@ def test_inductor_lowering_in_training():
 
 
 @needs_ext
+def test_inductor_lowering_falls_back_when_torch_ir_differs(monkeypatch):
+    """Where this torch's IR rejects the extern kernel as built, the graph keeps the op's fallback call, with a
+    warning, and compiles."""
+    from torch._inductor import config, ir
+    from torch._inductor.utils import run_and_get_code
+
+    def incompatible(*args, **kwargs):
+        raise TypeError("unexpected keyword argument")
+
+    monkeypatch.setattr(ir, "ExternKernelOut", incompatible)
+    torch._dynamo.reset()
+    x, w = torch.randn(2, 3, 8), torch.randn(4, 8)
+    with config.patch(force_disable_caches=True), pytest.warns(RuntimeWarning, match="lowering of cudal2_linear"):
+        out, codes = run_and_get_code(torch.compile(lambda x, w: cudal2_ops.linear(x, w), fullgraph=True), x, w)
+    assert "torch.ops.cudal2.linear.default(" in "\n".join(codes)
+    torch.testing.assert_close(out, F.linear(x, w))
+
+
+@needs_ext
 def test_inductor_cpp_wrapper_keeps_the_dispatcher_call():
     """The C++ wrapper has no Python extern kernels: the lowering leaves it the op's dispatcher call."""
     from torch._inductor import config
