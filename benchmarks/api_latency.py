@@ -86,12 +86,15 @@ def entry_points(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
         "F.linear": lambda: F.linear(x, w),
         "torch.mm(out=)": lambda: torch.mm(x, w.t(), out=out),
     }
-    # The patched layer's path, piece by piece: its routing check, the routed forward without the module call, and
-    # the public op with the layer's own nn.Parameter weight.
+    # The patched layer's path, piece by piece: its routing check, its read of weight and bias (against nn.Module's
+    # attribute lookup, which torch's forward uses), the routed forward without the module call, and the public op
+    # with the layer's own nn.Parameter weight.
     patched = {
         "nn.Linear patched": lambda: layer(x),
         "patch: routed forward": lambda: patch._cudal2_linear_forward(layer, x),
         "patch: routing check": lambda: patch._route_dtype(x, layer.weight, None),
+        "patch: weight and bias": lambda: patch._linear_params(layer),
+        "module attributes weight, bias": lambda: (layer.weight, layer.bias),
         "cudal2_ops.linear(parameter)": lambda: cudal2_ops.linear(x, layer.weight),
     }
     unpatched_layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.float16)

@@ -244,6 +244,36 @@ def test_autograd_matches_unpatched(calls, cpu_route):
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
+def test_routed_call_sees_weight_and_bias_as_forward_would(calls, cpu_route):
+    """Parametrized weights, attributes that replaced a parameter, and class-defined names reach the routed call
+    exactly as `self.weight` / `self.bias` resolve; plain layers read the parameter dict (same objects)."""
+    import torch.nn.utils.parametrize as parametrize
+
+    class Double(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    plain, parametrized, reassigned, shadowed = (nn.Linear(8, 4) for _ in range(4))
+    parametrize.register_parametrization(parametrized, "weight", Double())
+    del reassigned.bias
+    reassigned.bias = torch.full((4,), 5.0)  # a plain tensor attribute, no longer a parameter
+    # A class property shadows a still-registered parameter (as parametrize does, with the parameter moved).
+    shadowed.__class__ = type("BiasProperty", (nn.Linear,), {"bias": property(lambda self: torch.full((4,), 3.0))})
+    layers = [plain, parametrized, reassigned, shadowed]
+    x = torch.randn(3, 8)
+    for layer in layers:
+        P.patch_linear(layer)
+    try:
+        outs = [layer(x) for layer in layers]
+    finally:
+        for layer in layers:
+            P.unpatch_linear(layer)
+    assert calls.n == len(layers)
+    assert P._linear_params(plain)[0] is plain.weight and P._linear_params(plain)[1] is plain.bias
+    for layer, out in zip(layers, outs):
+        torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=0, atol=0)
+
+
 def test_torchscript_compiles_torch_forward(calls, cpu_route):
     lin = nn.Linear(8, 4)
     P.patch_linear()
