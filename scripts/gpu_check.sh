@@ -5,7 +5,9 @@
 #
 # Stages: build, tests, latency, sweep, sweep-cold, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
-# (kernels and host ops per step, unpatched vs patched, compiled), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
+# (kernels and host ops per step, unpatched vs patched, compiled), candidates (kernel configs named in $CANDIDATES,
+# comma-separated, not yet built: generated, built into build/candidates.so, GPU-tested, sanitized, then swept with cold
+# weights beside every built kernel on LLM problems with $CANDIDATES_MIN_M <= M <= $CANDIDATES_MAX_M), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
 # table from OUT_DIR/sweep.json, merged with OUT_DIR/sweep_cold.json when present, then a rebuild that compiles any
 # kernel it names). sweep-cold re-sweeps M <= 64 with cold weights (the decode regime). The sweep runs with PDL off
 # (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps.
@@ -60,6 +62,15 @@ run_stage() {
                       stage e2e_lowering_$v "$PY" -m benchmarks.e2e --out "$OUT_DIR/e2e_lowering_$v" \
                       --modes compile,compile+graph --prefill-batches "" --budget-s "${E2E_BUDGET_S:-120}"
                   done ;;
+    candidates) local names=${CANDIDATES:?CANDIDATES names the kernel configs to try} lib=build/candidates.so
+                stage candidates_build bash -c "$PY -m search.codegen --names ${names//,/ } &&
+                  $PY -m build_tools.kernel_lib --names ${names//,/ } --out $lib" &&
+                CUDAL2_KERNEL_LIB=$lib stage candidates_tests "$PY" -m pytest -q -m gpu tests/gpu/test_kernels_sm90_tma_ws.py \
+                  tests/gpu/test_kernels_sm80_cute.py tests/gpu/test_kernels_decode.py --no-header -rfE
+                stage candidates_sanitize "$PY" scripts/sanitize_kernels.py --lib $lib --out "$OUT_DIR/candidates_sanitize.json"
+                CUDAL2_KERNEL_LIBS=$lib CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage candidates_sweep "$PY" -m search.sweep \
+                  --cold-weights --sample 0 --max-log2-mnk 0 --min-m "${CANDIDATES_MIN_M:-1}" --max-m "${CANDIDATES_MAX_M:-64}" \
+                  --out "$OUT_DIR/sweep_candidates.json" --budget-s "${SWEEP_BUDGET_S:-600}" ;;
     e2e-trace) stage e2e_trace "$PY" -m benchmarks.e2e_trace --out "$OUT_DIR" ;;
     table) stage table "$PY" -m search.table_select "$OUT_DIR/sweep.json" \
              $([ -f "$OUT_DIR/sweep_cold.json" ] && echo "$OUT_DIR/sweep_cold.json") \

@@ -18,7 +18,7 @@ to 6 split counts; decode up to 6). On the H200 (`sweep_2026-11-23_cc51879.json`
 fit in a 285 s budget, hence the 600 s default budget.
 
     python -m search.sweep --out sweep.json [--sample 100] [--max-log2-mnk 24] [--llm-max-m 64] [--budget-s 600]
-        [--max-m 64] [--cold-weights]
+        [--max-m 64] [--min-m 32] [--cold-weights]
     python -m search.table_select sweep.json [later_sweep.json ...]    # -> kernels/<arch_dir>/<gpu_slug>.json
 """
 from __future__ import annotations
@@ -59,16 +59,16 @@ REFERENCE_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
 
 
 def problems(sample: int, seed: int, max_log2_mnk: float, llm_max_m: int, llm_dtypes: tuple[str, ...],
-             max_m: int | None = None) -> list[tuple[str, str, int, int, int]]:
+             max_m: int | None = None, min_m: int | None = None) -> list[tuple[str, str, int, int, int]]:
     """(layout, dtype, M, N, K): REFERENCE_SHAPES first, then smallest first: a stratified G1000 sample of `sample`
     shapes and every G1000 shape up to 2^max_log2_mnk (nt, nn; fp16), and LLM shapes with M <= llm_max_m (nt;
-    llm_dtypes); only those with M <= max_m when given."""
+    llm_dtypes); only those with min_m <= M <= max_m where given."""
     grid = set(bench_shapes.stratified_sample(bench_shapes.g1000(), sample, seed)) if sample else set()
     grid |= {s for s in bench_shapes.g1000() if bench_shapes.log2_mnk(s) <= max_log2_mnk}
     grid |= set(REFERENCE_SHAPES)
     out = {(layout, "fp16", *s) for s in grid for layout in ("nt", "nn")}
     out |= {("nt", dtype, *s) for s in bench_shapes.llm() if s[0] <= llm_max_m for dtype in llm_dtypes}
-    out = {p for p in out if max_m is None or p[2] <= max_m}
+    out = {p for p in out if (max_m is None or p[2] <= max_m) and (min_m is None or p[2] >= min_m)}
     return sorted(out, key=lambda p: (p[2:] not in REFERENCE_SHAPES, bench_shapes.log2_mnk(p[2:]), p))
 
 
@@ -259,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-m", type=int, default=None,
                         help="only problems with M <= this (e.g. re-sweep small M after adding decode kernels; "
                              "table_select merges it over a full sweep)")
+    parser.add_argument("--min-m", type=int, default=None,
+                        help="only problems with M >= this (with --max-m: one band, e.g. batch-64 decode)")
     parser.add_argument("--cold-weights", action="store_true",
                         help="time every call on rotating input sets totalling more than 4x the L2 (LLM decode, "
                              "where weights come from HBM); default: warm L2, same inputs")
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     kernels = sorted(_C.kernel_names())
     info = {name: _C.kernel_info(name) for name in kernels}
     todo = problems(args.sample, args.seed, args.max_log2_mnk, args.llm_max_m, tuple(args.llm_dtypes.split(",")),
-                    args.max_m)
+                    args.max_m, args.min_m)
     doc = {"run_id": f"sweep-{datetime.date.today().isoformat()}-{uuid.uuid4().hex[:8]}", "environment": environment(),
            "protocol": PROTOCOL_COLD if args.cold_weights else PROTOCOL, "kernels": kernels, "rows": []}
     t0 = time.monotonic()

@@ -24,6 +24,13 @@ def test_problems_max_m_keeps_only_small_m():
     assert small == [p for p in probs if p[2] <= 64] and len(small) < len(probs)
 
 
+def test_problems_min_and_max_m_keep_one_band():
+    probs = sweep.problems(sample=0, seed=0, max_log2_mnk=0, llm_max_m=64, llm_dtypes=("fp16",))
+    band = sweep.problems(sample=0, seed=0, max_log2_mnk=0, llm_max_m=64, llm_dtypes=("fp16",), max_m=64, min_m=32)
+    assert band == [p for p in probs if 32 <= p[2] <= 64]
+    assert {p[2] for p in band} == {32, 64}
+
+
 def test_cold_problem_runs_rotate_over_sets_larger_than_the_l2(monkeypatch):
     """--cold-weights: enough extra operand sets for 4x the L2 (capped), set 0 the checked one; warm: one set."""
     monkeypatch.setattr(sweep, "l2_bytes", lambda: 2**20)
