@@ -7,6 +7,8 @@ lookup, cuBLASLt plan lookup), in nanoseconds.
 
 Entry points: the issue time of one decode-shaped linear (x [1, 4096], weight [4096, 4096], fp16) through every way
 a model reaches it, patched and not: the host cost that bounds an eager or compiled-without-graphs decode step.
+Routes: the issue time of the same call when the dispatcher launches its table kernel and when it goes to cuBLASLt
+(kernels switched off for that call), which is what a patched call that misses the table costs the host.
 
     python -m benchmarks.api_latency --out benchmarks/results/<gpu_slug>/api_latency.json
 """
@@ -108,6 +110,35 @@ def entry_points(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
     return {"shape": list(shape), "dtype": "fp16", "issue_us": times}
 
 
+def route_costs(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
+    """Issue time (us) of `_C.linear_out` on one fp16 problem through the table kernel and through cuBLASLt. Both calls
+    set the dispatcher's config first (kernels on or off), so both pay that; the config is restored after."""
+    m, n, k = shape
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.float16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    config = _C.get_config()
+    routes = {}
+
+    def via(kernels_enabled: bool):
+        def call():
+            _C.set_config(kernels_enabled, *config[1:])
+            _C.linear_out(x, w, out=out)
+        _C.set_config(kernels_enabled, *config[1:])
+        routes[kernels_enabled] = cudal2_ops.explain(x, w, layout="nt")
+        call()  # warm-up: cuBLASLt plan, params cache
+        return call
+
+    try:
+        calls = {"table kernel": via(True), "cuBLASLt": via(False)}
+        times = issue_us(calls)
+    finally:
+        _C.set_config(*config)
+    return {"shape": list(shape), "dtype": "fp16", "issue_us": times,
+            "paths": {"table kernel": routes[True].get("kernel") or routes[True]["path"],
+                      "cuBLASLt": routes[False].get("kernel") or routes[False]["path"]}}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -117,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rng = random.Random(0)
     doc = {"environment": env.header(sys.argv[1:]), "protocol": __doc__.split("\n\n")[1],
-           "rows": [measure(shape, rng) for shape in SHAPES], "entry_points": entry_points()}
+           "rows": [measure(shape, rng) for shape in SHAPES], "entry_points": entry_points(),
+           "routes": route_costs()}
     doc["environment"]["command"] = "python -m benchmarks.api_latency " + " ".join(argv or sys.argv[1:])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
@@ -129,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     entries = doc["entry_points"]
     print(f"issue time of one linear {entries['shape']}: "
           + ", ".join(f"{name} {us:.2f} us" for name, us in entries["issue_us"].items()))
+    routes = doc["routes"]
+    print(f"issue time of _C.linear_out {routes['shape']} by route: "
+          + ", ".join(f"{name} {us:.2f} us ({routes['paths'][name]})" for name, us in routes["issue_us"].items()))
     return 0
 
 
