@@ -35,6 +35,7 @@ def compare(rows: list[dict], candidates: set[str], margin: float = DEFAULT_MARG
 
 
 def geomean(values: list[float]) -> float:
+    """Geometric mean of `values` (NaN when there are none)."""
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
