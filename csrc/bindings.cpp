@@ -1,10 +1,10 @@
 // Python bindings of the extension `cudal2_ops._C`: op registration (torch.ops.cudal2.*), the eager fast path,
 // kernel libraries, tables, configuration, introspection and low-level entry points for tests and benchmarks.
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/record_function.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 #include <torch/library.h>
-#include <ATen/record_function.h>
 
 #include <chrono>
 
@@ -76,7 +76,7 @@ cudal2_layout parse_layout(const std::string& layout) {
 Route route_low_level(const char* what, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                       const at::Tensor& out, const std::string& layout) {
   const at::Tensor b_kn = parse_layout(layout) == CUDAL2_NT ? b.t() : b;
-  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  const at::Tensor* bias_ptr = bias_or_null(bias);
   check_gemm_inputs(what, a, b_kn, bias_ptr);
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b_kn.size(0), what, ": need a [M, K] and b [K, N] (nn) "
               "or [N, K] (nt); got ", a.sizes(), " and ", b.sizes(), " with layout ", layout);
@@ -118,7 +118,7 @@ void run_kernel(const std::string& name, const at::Tensor& a, const at::Tensor& 
 // Which path a call would take, and why (no GPU work except cuBLASLt's host-side heuristic query).
 pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::optional<at::Tensor>& bias) {
   pybind11::dict out;
-  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  const at::Tensor* bias_ptr = bias_or_null(bias);
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
   std::vector<at::Tensor> operands;
   Route route = route_or_copy(a, b_kn, bias_ptr, operands);

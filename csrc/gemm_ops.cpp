@@ -88,7 +88,7 @@ void check_linear_inputs(const at::Tensor& x, const at::Tensor& weight, const at
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   if (x.dim() < 2 || weight.dim() != 2) return at::linear(x, weight, bias);
-  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  const at::Tensor* bias_ptr = bias_or_null(bias);
   check_linear_inputs(x, weight, bias_ptr);
   c10::cuda::OptionalCUDAGuard guard(x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt);
   std::vector<at::Tensor> copies;
@@ -102,7 +102,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::opti
 
 at::Tensor& linear_out(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        at::Tensor& out) {
-  const at::Tensor* bias_ptr = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  const at::Tensor* bias_ptr = bias_or_null(bias);
   const bool fits = x.dim() >= 2 && weight.dim() == 2 && takes_tuned_path(x) && out.device() == x.device() &&
                     out.scalar_type() == x.scalar_type() && x.size(-1) == weight.size(1) &&
                     out.sizes() == c10::IntArrayRef(output_sizes(x, weight.size(0))) && !output_misaligned(out) &&

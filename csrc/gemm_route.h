@@ -21,6 +21,11 @@ struct Route {
   enum class Obstacle { kNone, kA, kB, kBias } obstacle = Obstacle::kNone;
 };
 
+// The bias the routing functions take: a pointer to `bias` when it holds a defined tensor, else nullptr.
+inline const at::Tensor* bias_or_null(const std::optional<at::Tensor>& bias) {
+  return bias.has_value() && bias->defined() ? &*bias : nullptr;
+}
+
 // Validates the inputs of cudal2.matmul / cudal2.linear (same device, same dtype, matching inner dims) and throws a
 // c10::Error naming the problem and what is supported. `op` is used in messages.
 void check_gemm_inputs(const char* op, const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias);
