@@ -19,7 +19,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -248,22 +250,41 @@ def registry_source(names: list[str], archs: str) -> str:
     )
 
 
+def print_progress(line: str) -> None:
+    """Default progress sink: stderr, flushed, so each line shows up at once in a log (piped stdout is buffered)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds as text: 75 -> "1m15s", 9 -> "9s"."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 def build_library(names: list[str], out: Path, archs: list[str], cache_dir: Path = DEFAULT_CACHE_DIR,
-                  jobs: int | None = None, progress=print) -> list[str]:
+                  jobs: int | None = None, progress=print_progress) -> list[str]:
     """Compiles `names` for `archs` and links them into the shared library `out`; returns the names linked in.
 
+    Reports each finished kernel to `progress` with the time elapsed and an estimate of the time left (the mean
+    time per kernel so far; cached objects finish at once, so the estimate is rough until real compiles finish).
     Kernels whose folder has no requested arch are skipped. Raises KernelBuildError on any failure.
     """
     sources = [find_source(n) for n in names]
     jobs = jobs or default_jobs()
     objects: dict[str, Path] = {}
+    progress(f"[kernels] building {len(sources)} kernels for {';'.join(archs)} with {jobs} jobs "
+             f"(objects cached in {cache_dir})")
+    start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(compile_object, src, archs, cache_dir): src.stem for src in sources}
         for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             obj = fut.result()
             if obj is not None:
                 objects[futures[fut]] = obj
-            progress(f"[kernels {i}/{len(sources)}] {futures[fut]}{'' if obj else ' (no target arch, skipped)'}")
+            elapsed = time.monotonic() - start
+            left = elapsed / i * (len(sources) - i)
+            progress(f"[kernels {i}/{len(sources)}, {format_seconds(elapsed)} elapsed, about {format_seconds(left)} "
+                     f"left] {futures[fut]}{'' if obj else ' (no target arch, skipped)'}")
     linked = sorted(objects)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -280,7 +301,8 @@ def build_library(names: list[str], out: Path, archs: list[str], cache_dir: Path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Build the torch-free cudal2 kernel library.")
+    parser = argparse.ArgumentParser(prog="python -m build_tools.kernel_lib",
+                                     description="Build the torch-free cudal2 kernel library.")
     parser.add_argument("--out", type=Path, required=True, help="path of the shared library to write")
     parser.add_argument("--names", nargs="*", help="kernel names (default: tables + default set, CUDAL2_KERNELS)")
     parser.add_argument("--archs", default=os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS))
