@@ -12,6 +12,8 @@ from typing import NamedTuple
 FAMILIES = ("sm90_tma_ws", "sm80_cute", "decode")
 DTYPES = ("fp16", "bf16")
 LAYOUTS = ("nn", "nt")
+EPILOGUES = ("nosmem",)         # non-default values of HgemmConfig.epilogue (name tokens)
+SPLITK_POLICIES = ("serial",)   # non-default values of HgemmConfig.splitk (name tokens)
 
 # Where each family's generated sources live, and which GPU architectures they are compiled for.
 ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80"}
@@ -42,6 +44,9 @@ class HgemmConfig:
     scheduler: "persistent" | "streamk" (sm90). warps: warps per CTA (sm80, decode).
     swap_ab: compute D^T = B A^T so that the weight rows tile CUTLASS's M and the small M its N (sm90, NT only):
     tile_m then counts weight rows and tile_n rows of A.
+    epilogue: "" (the family's default) | "nosmem" (sm90: accumulators stored straight from registers, no shared
+    memory staging and no TMA store). splitk: "" (the family's default reduction of split-K partials) | "serial"
+    (sm80_cute: the parts of a tile add into an fp32 workspace tile in split order, the last one writes D).
     """
 
     family: str
@@ -57,6 +62,8 @@ class HgemmConfig:
     scheduler: str = ""
     warps: int = 0
     swap_ab: bool = False
+    epilogue: str = ""
+    splitk: str = ""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -65,6 +72,10 @@ class HgemmConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}; supported: {DTYPES}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {self.layout!r}; supported: {LAYOUTS}")
+        if self.epilogue and self.epilogue not in EPILOGUES:
+            raise ValueError(f"unknown epilogue {self.epilogue!r}; supported: '' (default) or one of {EPILOGUES}")
+        if self.splitk and self.splitk not in SPLITK_POLICIES:
+            raise ValueError(f"unknown splitk {self.splitk!r}; supported: '' (default) or one of {SPLITK_POLICIES}")
 
     @property
     def name(self) -> str:
@@ -80,6 +91,10 @@ class HgemmConfig:
             parts.append(self.scheduler)
         if self.swap_ab:
             parts.append("swap")
+        if self.epilogue:
+            parts.append(self.epilogue)
+        if self.splitk:
+            parts.append(self.splitk)
         return "_".join(parts)
 
     @property
@@ -111,6 +126,10 @@ class HgemmConfig:
                 fields["scheduler"] = token
             elif token == "swap":
                 fields["swap_ab"] = True
+            elif token in EPILOGUES:
+                fields["epilogue"] = token
+            elif token in SPLITK_POLICIES:
+                fields["splitk"] = token
             else:
                 raise ValueError(f"kernel name {name!r}: unknown part {token!r}")
         cfg = cls(**fields)

@@ -10,6 +10,9 @@ from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
     HgemmConfig("sm80_cute", "bf16", "nn", 64, 64, 32, stages=3, warps=4),
     HgemmConfig("decode", "fp16", "nt", 8, 64, 256, stages=4, warps=4),
     HgemmConfig("sm90_tma_ws", "bf16", "nt", 64, 16, 128, schedule="pingpong", scheduler="persistent", swap_ab=True),
+    HgemmConfig("sm90_tma_ws", "fp16", "nt", 64, 64, 64, schedule="pingpong", scheduler="persistent",
+                epilogue="nosmem"),
+    HgemmConfig("sm80_cute", "fp16", "nt", 32, 32, 64, stages=4, warps=2, splitk="serial"),
 ])
 def test_name_round_trip(cfg):
     assert HgemmConfig.from_name(cfg.name) == cfg
@@ -28,6 +31,19 @@ def test_bad_fields_rejected(field, value):
     kwargs[field] = value
     with pytest.raises(ValueError, match="unknown"):
         HgemmConfig(**kwargs)
+
+
+def test_default_code_choices_stay_out_of_the_name():
+    cfg = HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 32, stages=3, warps=4)
+    assert cfg.name == "sm80_cute_fp16_nt_64x64x32_s3_w4"
+    assert HgemmConfig("sm90_tma_ws", "fp16", "nt", 64, 64, 64, schedule="pingpong", scheduler="persistent",
+                       epilogue="nosmem").name == "sm90_tma_ws_fp16_nt_64x64x64_s0_c1x1_pingpong_persistent_nosmem"
+
+
+@pytest.mark.parametrize("field", ["epilogue", "splitk"])
+def test_unknown_code_choice_rejected(field):
+    with pytest.raises(ValueError, match=f"unknown {field}"):
+        HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 32, **{field: "bogus"})
 
 
 def test_non_canonical_name_rejected():

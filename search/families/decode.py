@@ -27,6 +27,26 @@ ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 LAYOUT_NT = {"nt": "true", "nn": "false"}
 KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
 
+# Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
+SPACE: dict[str, tuple] = {
+    "dtype": tuple(ELEMENTS),
+    "layout": ("nn", "nt"),
+    "tile_m": TILE_M,
+    "tile_n": tuple(range(16, 257, 16)),
+    "tile_k": TILE_K,
+    "stages": tuple(range(2, MAX_STAGES + 1)),
+    "cluster_m": (1,),
+    "cluster_n": (1,),
+    "schedule": ("",),
+    "scheduler": ("",),
+    "warps": WARPS,
+    "swap_ab": (False,),
+    "epilogue": ("",),
+    "splitk": ("",),
+}
+# Every value of each runtime knob: splits (0 = automatic, one resident wave); swizzle and raster are ignored.
+KNOB_SPACE: dict[str, tuple] = {"splits": (0, *KNOB_SPLITS, 64), "swizzle": (0,), "raster": (0,)}
+
 
 def smem_limit(arch: int) -> int:
     """Opt-in shared memory per block (bytes) on compute capability `arch`."""
@@ -60,8 +80,11 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"family {cfg.family!r} is not {FAMILY}"
     if not SM_MIN <= arch <= SM_MAX:
         return False, f"decode kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
-    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab:
-        return False, "clusters, schedule, scheduler and swap_ab are sm90_tma_ws fields; leave them at their defaults"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab or cfg.epilogue:
+        return False, ("clusters, schedule, scheduler, swap_ab and epilogue are sm90_tma_ws fields; leave them at "
+                       "their defaults")
+    if cfg.splitk:
+        return False, "the decode family's split-K is its runtime splits knob; leave splitk empty"
     if cfg.tile_m not in TILE_M:
         return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"
     if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):

@@ -29,6 +29,30 @@ KNOB_RASTERS = (1, 2)     # consecutive CTAs along M (share B tiles), along N (s
 KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none; the default 0 is automatic), where K is the largest
 MAX_SPLIT_CTAS = 1024     # split variants beyond this many CTAs (several waves on any GPU) are not timed
 
+# Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
+SPACE: dict[str, tuple] = {
+    "dtype": tuple(ELEMENT),
+    "layout": ("nn", "nt"),
+    "tile_m": (32, 64, 96, 128, 192, 256),
+    "tile_n": (64, 128, 192, 256),
+    "tile_k": TILE_K,
+    "stages": tuple(STAGES),
+    "cluster_m": (1,),
+    "cluster_n": (1,),
+    "schedule": ("",),
+    "scheduler": ("",),
+    "warps": WARPS,
+    "swap_ab": (False,),
+    "epilogue": ("",),
+    "splitk": ("",),
+}
+# Every value of each runtime knob (0 = default: automatic split-K, whole-dimension swizzle, raster along M).
+KNOB_SPACE: dict[str, tuple] = {
+    "splits": (0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
+    "swizzle": (0, 1, 2, 4, 8, 16),
+    "raster": (0, 1, 2),
+}
+
 
 def warp_grid(cfg: HgemmConfig) -> tuple[int, int]:
     """Warps along M and N, as in GemmTraits: 2x2 for 4 warps; 8 warps spread along the longer tile side."""
@@ -73,6 +97,9 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     limit = SMEM_LIMIT[arch]
     if smem_bytes(cfg) > limit:
         return False, f"shared memory {smem_bytes(cfg)} B exceeds {limit} B on sm{arch}"
+    for field in ("tile_m", "tile_n", "epilogue", "splitk"):
+        if getattr(cfg, field) not in SPACE[field]:
+            return False, f"{field} {getattr(cfg, field)!r} not in {SPACE[field]}"
     return True, ""
 
 

@@ -27,10 +27,38 @@ DTYPE_CODES = {"fp16": "CUDAL2_FP16", "bf16": "CUDAL2_BF16"}
 LAYOUT_CODES = {"nn": "CUDAL2_NN", "nt": "CUDAL2_NT"}
 TILE_M = {"coop": (128, 256), "pingpong": (64, 128)}  # coop splits M over 2 consumer warpgroups of 64 rows
 TILE_K = (32, 64, 128)
-CLUSTER_DIMS = (1, 2)
+CLUSTER_DIMS = (1, 2, 4)
+MAX_CLUSTER_SIZE = 8              # portable cluster size (larger needs the non-portable launch attribute)
+MULTICAST_MIN_ROWS = 8            # rows of the operand tile each CTA of a multicast cluster loads, at least
+MAX_STAGES = 16
 KNOB_SWIZZLES = (1, 2, 4, 8)      # max_swizzle_size: output tiles walked together (L2 reuse of A/B tiles)
 KNOB_RASTERS = (1, 2)             # along M, along N
 KNOB_STREAMK_SPLITS = (1, 2, 4)   # stream-K scheduler only: data parallel, split-K in 2 or 4 parts
+
+# Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
+SPACE: dict[str, tuple] = {
+    "dtype": ("fp16", "bf16"),
+    "layout": ("nn", "nt"),
+    "tile_m": (64, 128, 256),
+    "tile_n": tuple(range(8, 257, 8)),
+    "tile_k": TILE_K,
+    "stages": (0, *range(2, MAX_STAGES + 1)),
+    "cluster_m": CLUSTER_DIMS,
+    "cluster_n": CLUSTER_DIMS,
+    "schedule": tuple(SCHEDULES),
+    "scheduler": tuple(SCHEDULERS),
+    "warps": (0,),
+    "swap_ab": (False, True),
+    "epilogue": ("",),
+    "splitk": ("",),
+}
+# Every value of each runtime knob (0 = the kernel's default: heuristic raster, no swizzle, heuristic stream-K
+# decomposition). splits other than 0 only matter to stream-K kernels.
+KNOB_SPACE: dict[str, tuple] = {
+    "splits": (0, 1, 2, 3, 4, 6, 8, 16),
+    "swizzle": (0, 1, 2, 4, 8),
+    "raster": (0, 1, 2),
+}
 
 
 def consumer_threads(schedule: str) -> int:
@@ -91,8 +119,17 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"{accumulators} fp32 accumulators per thread exceed {MAX_ACCUMULATORS_PER_THREAD} (spills)"
     if cfg.cluster_m not in CLUSTER_DIMS or cfg.cluster_n not in CLUSTER_DIMS:
         return False, f"cluster dims must be in {CLUSTER_DIMS}, got {cfg.cluster_m}x{cfg.cluster_n}"
-    if cfg.stages < 0 or cfg.stages == 1:
-        return False, f"stages must be 0 (auto) or >= 2, got {cfg.stages}"
+    if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_SIZE:
+        return False, f"cluster {cfg.cluster_m}x{cfg.cluster_n} exceeds the portable size {MAX_CLUSTER_SIZE}"
+    if cfg.tile_n // cfg.cluster_m < MULTICAST_MIN_ROWS or cfg.tile_m // cfg.cluster_n < MULTICAST_MIN_ROWS:
+        return False, (f"the multicast slices of a {cfg.tile_m}x{cfg.tile_n} tile over a {cfg.cluster_m}x"
+                       f"{cfg.cluster_n} cluster are under {MULTICAST_MIN_ROWS} rows")
+    if cfg.stages not in SPACE["stages"]:
+        return False, f"stages must be 0 (auto) or in [2, {MAX_STAGES}], got {cfg.stages}"
+    if cfg.splitk:
+        return False, "split-K is the stream-K scheduler's runtime splits knob here; leave splitk empty"
+    if cfg.epilogue not in SPACE["epilogue"]:
+        return False, f"epilogue must be one of {SPACE['epilogue']}, got {cfg.epilogue!r}"
     stages = cfg.stages or auto_stages(cfg)
     if stages < 2:
         return False, f"only {stages} pipeline stage fits in shared memory"
