@@ -34,12 +34,17 @@ def test_default_set_covers_dtypes_and_layouts():
 @pytest.mark.parametrize("cfg, arch, reason", [
     (with_(tile_k=16), 80, "tile_k"),
     (with_(tile_k=128), 90, "tile_k"),
-    (with_(warps=2), 80, "warps"),
+    (with_(warps=3), 80, "warps"),
+    (with_(warps=2), 80, "accumulators"),
     (with_(stages=1), 80, "stages"),
     (with_(stages=7), 90, "stages"),
     (with_(cluster_n=2), 90, "cluster"),
     (with_(tile_m=48), 80, "warp grid"),
     (with_(tile_n=96), 80, "multiple of 64"),
+    (with_(tile_n=48, tile_m=16, warps=1), 80, "multiple of 64"),
+    (with_(tile_m=64, tile_n=32, warps=8), 80, "K-major B copy"),
+    (with_(layout="nn", tile_m=64, tile_n=32, warps=8), 80, "N-major B copy"),
+    (with_(tile_m=16, tile_n=16, warps=2), 80, "warp grid"),
     (with_(tile_m=32, warps=8, tile_n=128), 80, "A copy"),
     (with_(tile_m=256, tile_n=256, warps=4), 90, "accumulators"),
     (with_(tile_m=128, tile_n=256, warps=8, tile_k=64, stages=4), 80, "shared memory"),
@@ -50,6 +55,18 @@ def test_default_set_covers_dtypes_and_layouts():
 def test_infeasible_with_reason(cfg, arch, reason):
     ok, why = sm80_cute.feasible(cfg, arch)
     assert not ok and reason in why
+
+
+@pytest.mark.parametrize("cfg", [
+    with_(tile_m=16, tile_n=16, tile_k=64, warps=1),
+    with_(layout="nn", tile_m=16, tile_n=32, warps=1),
+    with_(tile_m=32, tile_n=32, warps=4),
+    with_(layout="nn", tile_m=64, tile_n=32, tile_k=64, warps=2),
+    with_(tile_m=16, tile_n=128, tile_k=64, warps=2),
+], ids=lambda c: c.name)
+def test_small_tiles_with_few_warps_feasible(cfg):
+    assert sm80_cute.feasible(cfg, 80) == (True, "")
+    assert sm80_cute.warp_grid(cfg)[0] * 16 <= cfg.tile_m and sm80_cute.warp_grid(cfg)[1] * 16 <= cfg.tile_n
 
 
 def test_shared_memory_limit_depends_on_arch():
@@ -90,12 +107,15 @@ def test_generated_sources_are_current():
         assert path.exists() and path.read_text() == codegen.render(cfg), f"regenerate {path.name}"
 
 
-def test_compiles_for_sm80_without_spills(tmp_path, kernel_toolchain):
-    """One representative config compiles for sm_80 with no register spills and no local memory."""
+@pytest.mark.parametrize("cfg", [
+    with_(layout="nn", tile_m=64, tile_n=64, tile_k=64, stages=3),
+    with_(layout="nn", tile_m=16, tile_n=32, tile_k=32, warps=1, stages=4),  # small tile: 32-wide N-major atoms
+], ids=lambda c: c.name)
+def test_compiles_for_sm80_without_spills(tmp_path, kernel_toolchain, cfg):
+    """Representative configs compile for sm_80 with no register spills and no local memory."""
     from build_tools import kernel_lib
 
     nvcc, flags = kernel_lib.nvcc_path(), kernel_lib.common_flags()
-    cfg = with_(layout="nn", tile_m=64, tile_n=64, tile_k=64, stages=3)
     src = tmp_path / f"{cfg.name}.cu"
     src.write_text(codegen.render(cfg))
     cmd = [nvcc, *flags, "-gencode=arch=compute_80,code=sm_80", "-Xptxas=-v", "-c", str(src), "-o", str(tmp_path / "k.o")]

@@ -17,7 +17,7 @@ from search.config import HgemmConfig, Knobs
 FAMILY = "sm80_cute"
 SM_MIN, SM_MAX = 80, 90
 TILE_K = (32, 64)
-WARPS = (4, 8)
+WARPS = (1, 2, 4, 8)
 STAGES = range(2, 7)
 # Opt-in dynamic shared memory per block (bytes) of every compute capability the binaries run on.
 SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
@@ -33,8 +33,8 @@ MAX_SPLIT_CTAS = 1024     # split variants beyond this many CTAs (several waves 
 SPACE: dict[str, tuple] = {
     "dtype": tuple(ELEMENT),
     "layout": ("nn", "nt"),
-    "tile_m": (32, 64, 96, 128, 192, 256),
-    "tile_n": (64, 128, 192, 256),
+    "tile_m": (16, 32, 64, 96, 128, 192, 256),
+    "tile_n": (16, 32, 64, 128, 192, 256),
     "tile_k": TILE_K,
     "stages": tuple(STAGES),
     "cluster_m": (1,),
@@ -55,11 +55,17 @@ KNOB_SPACE: dict[str, tuple] = {
 
 
 def warp_grid(cfg: HgemmConfig) -> tuple[int, int]:
-    """Warps along M and N, as in GemmTraits: 2x2 for 4 warps; 8 warps spread along the longer tile side."""
-    if cfg.warps == 4:
-        return 2, 2
-    wm = 2 if cfg.tile_n >= cfg.tile_m else 4
+    """Warps along M and N, as in GemmTraits: 2x2 for 4 warps; 2 and 8 warps spread along the longer tile side."""
+    if cfg.warps in (1, 4):
+        return (1, 1) if cfg.warps == 1 else (2, 2)
+    along_n = cfg.tile_n >= cfg.tile_m
+    wm = {2: 1 if along_n else 2, 8: 2 if along_n else 4}[cfg.warps]
     return wm, cfg.warps // wm
+
+
+def n_atom_width(cfg: HgemmConfig) -> int:
+    """Columns of the swizzled shared-memory atoms along N (64, or the whole 16- or 32-wide tile)."""
+    return min(cfg.tile_n, 64)
 
 
 def smem_bytes(cfg: HgemmConfig) -> int:
@@ -87,10 +93,16 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     wm, wn = warp_grid(cfg)
     if cfg.tile_m % (MMA_M * wm) or cfg.tile_n % (MMA_N * wn):
         return False, f"tile {cfg.tile_m}x{cfg.tile_n} not divisible by the {wm}x{wn} warp grid of 16x16 MMA steps"
-    if cfg.tile_n % 64:
-        return False, f"tile_n {cfg.tile_n} not a multiple of 64 (swizzled smem atoms)"
-    if cfg.tile_m % (threads // (cfg.tile_k // 8)):
-        return False, f"tile_m {cfg.tile_m} not divisible by the {threads // (cfg.tile_k // 8)} rows of the A copy"
+    if cfg.tile_n % 64 and cfg.tile_n not in (16, 32):
+        return False, f"tile_n {cfg.tile_n} not a multiple of 64, nor 16 or 32 (swizzled smem atoms)"
+    copy_rows_k = threads // (cfg.tile_k // 8)
+    if cfg.tile_m % copy_rows_k:
+        return False, f"tile_m {cfg.tile_m} not divisible by the {copy_rows_k} rows of the A copy"
+    if cfg.layout == "nt" and cfg.tile_n % copy_rows_k:
+        return False, f"tile_n {cfg.tile_n} not divisible by the {copy_rows_k} rows of the K-major B copy"
+    copy_rows_n = threads // (n_atom_width(cfg) // 8)
+    if cfg.layout == "nn" and cfg.tile_k % copy_rows_n:
+        return False, f"tile_k {cfg.tile_k} not divisible by the {copy_rows_n} K rows of the N-major B copy"
     acc = cfg.tile_m * cfg.tile_n // threads
     if acc > MAX_ACC_PER_THREAD:
         return False, f"{acc} fp32 accumulators per thread (> {MAX_ACC_PER_THREAD}) would spill"
@@ -125,11 +137,12 @@ def render(cfg: HgemmConfig) -> str:
     )
 
 
-# (tile_m, tile_n, tile_k, warps, stages): small, medium, and a wide tile for larger N.
-DEFAULT_SHAPES = ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 32, 4, 4))
+# (tile_m, tile_n, tile_k, warps, stages): small, medium, a wide tile for larger N, and a 2-warp 32x64 tile for
+# problems with M or N of 64..512, whose 64x64 tiles leave most SMs idle (4x the CTAs, at 64 threads each).
+DEFAULT_SHAPES = ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 32, 4, 4), (32, 64, 64, 2, 4))
 
 
 def default_configs() -> list[HgemmConfig]:
-    """The always-built set: three tiles for every dtype and layout (12 kernels), all feasible on sm80 and sm90."""
+    """The always-built set: four tiles for every dtype and layout (16 kernels), all feasible on sm80 and sm90."""
     return [HgemmConfig(family=FAMILY, dtype=dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk, warps=w, stages=s)
             for dtype in ("fp16", "bf16") for layout in ("nn", "nt") for tm, tn, tk, w, s in DEFAULT_SHAPES]

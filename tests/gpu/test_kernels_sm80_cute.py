@@ -2,6 +2,9 @@
 
 Set CUDAL2_KERNEL_LIB to a library holding sm80_cute kernels, e.g. built with
 `python -m build_tools.kernel_lib --names $(ls kernels/sm80 | grep sm80_cute | sed s/.cu//) --out libk.so --archs 9.0`.
+Besides the default set, VARIANT_NAMES exercise code paths the defaults do not (1- and 2-warp tiles with 16- and
+32-wide N-major atoms); build them with `python -m search.codegen --names ...` first. Kernels missing from the
+library are skipped.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from search.families import sm80_cute
 
 LIB_PATH = os.environ.get("CUDAL2_KERNEL_LIB")
 pytestmark = pytest.mark.skipif(not LIB_PATH, reason="CUDAL2_KERNEL_LIB is not set")
-NAMES = [cfg.name for cfg in sm80_cute.default_configs()]
+VARIANT_NAMES = ["sm80_cute_fp16_nn_16x32x32_s4_w1", "sm80_cute_bf16_nt_16x16x64_s4_w1",
+                 "sm80_cute_fp16_nn_16x64x64_s3_w2", "sm80_cute_fp16_nt_64x32x64_s3_w4"]
+NAMES = [cfg.name for cfg in sm80_cute.default_configs()] + VARIANT_NAMES
 TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
 STATUS_WORKSPACE_TOO_SMALL = 2
 

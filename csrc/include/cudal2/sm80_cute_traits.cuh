@@ -27,8 +27,21 @@ template <> struct KMajorSmemAtom<32> {
   using type = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_16, _32>, Stride<_32, _1>>{}));
 };
 
-// Swizzled shared-memory atom of an N-major operand tile (64 N-contiguous elements x 8 K), read with ldmatrix.trans.
-using NMajorSmemAtom = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_64, _8>, Stride<_1, _64>>{}));
+// Width in elements (64, 32 or 16) of the swizzled atoms along a tile's N side, and the swizzle of such an atom: 8
+// consecutive rows (ldmatrix's 8 x 16 bytes, or the 8-row epilogue atom) land in 8 distinct 16-byte bank groups.
+template <int BN> constexpr int kNAtomWidth = BN >= 64 ? 64 : BN;
+template <int kWidth> using NSwizzle = Swizzle<kWidth == 64 ? 3 : kWidth == 32 ? 2 : 1, 3, 3>;
+
+// Swizzled shared-memory atom of an N-major operand tile (kNAtomWidth N-contiguous elements x 8 K), read with
+// ldmatrix.trans.
+template <int BN>
+using NMajorSmemAtom = decltype(composition(
+    NSwizzle<kNAtomWidth<BN>>{}, Layout<Shape<Int<kNAtomWidth<BN>>, _8>, Stride<_1, Int<kNAtomWidth<BN>>>>{}));
+
+// Swizzled shared-memory atom of the output tile staged by the epilogue (8 rows x kNAtomWidth columns).
+template <int BN>
+using OutputSmemAtom = decltype(composition(
+    NSwizzle<kNAtomWidth<BN>>{}, Layout<Shape<_8, Int<kNAtomWidth<BN>>>, Stride<Int<kNAtomWidth<BN>>, _1>>{}));
 
 // gmem->smem copy of a K-major tile: 16-byte cp.async per thread, BK/8 threads along K.
 template <class T, int kThreads, int BK>
@@ -39,32 +52,39 @@ auto make_kmajor_g2s_copy() {
                          Layout<Shape<_1, _8>>{});
 }
 
-// gmem->smem copy of an N-major tile: 16-byte cp.async per thread, 8 threads (64 elements) along N.
-template <class T, int kThreads>
+// gmem->smem copy of an N-major tile: 16-byte cp.async per thread, one atom width (kNAtomWidth elements) along N.
+template <class T, int kThreads, int BN>
 auto make_nmajor_g2s_copy() {
+  constexpr int kAlongN = kNAtomWidth<BN> / 8;
   return make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, T>{},
-                         Layout<Shape<_8, Int<kThreads / 8>>, Stride<_1, _8>>{}, Layout<Shape<_8, _1>>{});
+                         Layout<Shape<Int<kAlongN>, Int<kThreads / kAlongN>>, Stride<_1, Int<kAlongN>>>{},
+                         Layout<Shape<_8, _1>>{});
 }
 
 // Everything the kernel and the launcher need to know about one configuration.
 //   T: cutlass::half_t | cutlass::bfloat16_t. kBNMajor: B is [K, N] row-major (NN); else [N, K] row-major (NT).
-//   BM x BN x BK: CTA tile. kWarps: 4 | 8. kStages: cp.async pipeline depth (2..6).
+//   BM x BN x BK: CTA tile (BN a multiple of 64, or 16 / 32 for small problems). kWarps: 1 | 2 | 4 | 8.
+//   kStages: cp.async pipeline depth (2..6).
 template <class T, bool kBNMajor, int BM_, int BN_, int BK_, int kWarps, int kStages_>
 struct GemmTraits {
   using Element = T;
   static constexpr bool kNN = kBNMajor;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, kStages = kStages_;
   static constexpr int kThreads = 32 * kWarps;
-  // Warp grid of the tiled MMA: 2x2 for 4 warps; 8 warps spread along the longer tile side.
-  static constexpr int kWarpsM = kWarps == 4 ? 2 : (BN_ >= BM_ ? 2 : 4);
+  // Warp grid of the tiled MMA: 2x2 for 4 warps; 2 and 8 warps spread along the longer tile side.
+  static constexpr int kWarpsM = kWarps == 1 ? 1 : kWarps == 2 ? (BN_ >= BM_ ? 1 : 2) : kWarps == 4 ? 2
+                                                                                   : (BN_ >= BM_ ? 2 : 4);
   static constexpr int kWarpsN = kWarps / kWarpsM;
+  static constexpr int kCopyRowsK = kThreads / (BK / 8);            // rows per pass of the K-major copy
+  static constexpr int kCopyRowsN = kThreads / (kNAtomWidth<BN> / 8);  // K rows per pass of the N-major copy
 
-  static_assert(kWarps == 4 || kWarps == 8, "warps must be 4 or 8");
+  static_assert(kWarps == 1 || kWarps == 2 || kWarps == 4 || kWarps == 8, "warps must be 1, 2, 4 or 8");
   static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
   static_assert(kStages >= 2 && kStages <= 6, "stages must be 2..6");
+  static_assert(BN % 64 == 0 || BN == 32 || BN == 16, "BN must be a multiple of 64, or 32 or 16");
   static_assert(BM % (16 * kWarpsM) == 0 && BN % (16 * kWarpsN) == 0, "tile not divisible by the warp layout");
-  static_assert(BM % (kThreads / (BK / 8)) == 0 && BN % 64 == 0 && BN % 8 == 0, "tile not divisible by copies");
-  static_assert(!kNN || BK % (kThreads / 8) == 0, "BK not divisible by the N-major copy");
+  static_assert(BM % kCopyRowsK == 0 && (kNN || BN % kCopyRowsK == 0), "tile not divisible by the K-major copy");
+  static_assert(!kNN || BK % kCopyRowsN == 0, "BK not divisible by the N-major copy");
 
   // Each warp covers 16x16 per MMA step (two m16n8k16 atoms along N) so ldmatrix.x4 feeds both operands.
   using TiledMma = decltype(make_tiled_mma(typename MmaAtomFor<T>::type{},
@@ -74,14 +94,13 @@ struct GemmTraits {
   using SmemLayoutA = decltype(tile_to_shape(typename KMajorSmemAtom<BK>::type{},
                                              Shape<Int<BM>, Int<BK>, Int<kStages>>{}));
   using SmemLayoutB = conditional_t<kNN,
-      decltype(tile_to_shape(NMajorSmemAtom{}, Shape<Int<BN>, Int<BK>, Int<kStages>>{})),
+      decltype(tile_to_shape(NMajorSmemAtom<BN>{}, Shape<Int<BN>, Int<BK>, Int<kStages>>{})),
       decltype(tile_to_shape(typename KMajorSmemAtom<BK>::type{}, Shape<Int<BN>, Int<BK>, Int<kStages>>{}))>;
   // Epilogue staging of the output tile in the element type, reusing the pipeline's shared memory.
-  using SmemLayoutC = decltype(tile_to_shape(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}),
-                                             Shape<Int<BM>, Int<BN>>{}));
+  using SmemLayoutC = decltype(tile_to_shape(OutputSmemAtom<BN>{}, Shape<Int<BM>, Int<BN>>{}));
 
   using G2SCopyA = decltype(make_kmajor_g2s_copy<T, kThreads, BK>());
-  using G2SCopyB = conditional_t<kNN, decltype(make_nmajor_g2s_copy<T, kThreads>()),
+  using G2SCopyB = conditional_t<kNN, decltype(make_nmajor_g2s_copy<T, kThreads, BN>()),
                                  decltype(make_kmajor_g2s_copy<T, kThreads, BK>())>;
   using S2RAtomA = Copy_Atom<SM75_U32x4_LDSM_N, T>;
   using S2RAtomB = conditional_t<kNN, Copy_Atom<SM75_U16x8_LDSM_T, T>, Copy_Atom<SM75_U32x4_LDSM_N, T>>;
