@@ -1,6 +1,6 @@
 """The decode family's share of HBM bandwidth on LLM decode shapes (M <= 64), with cold weights.
 
-Problems: the LLM shapes (benchmarks/shapes) with M <= 64 in the NT layout (nn.Linear weight [N, K]), per dtype.
+Problems: the LLM shapes (cudal2_ops/measure/shapes.py) with M <= 64 in the NT layout (nn.Linear weight [N, K]), per dtype.
 Peak: a 2 GiB device-to-device copy in the same run, (read + write bytes) / best of 20 CUDA-event times (eager: in a
 CUDA graph the copy runs on the copy engines, which are slower); every % is of that measured figure, and a
 read-mostly GEMM can exceed it slightly. Cold weights: each problem rotates over input sets (activation, weight,
@@ -9,7 +9,7 @@ Candidates: cuBLASLt with its top heuristic algorithm and autotuned (`_C.cublasl
 first call), and every loaded decode kernel of the dtype and layout at splits 0 (the kernel's own choice), 1, 2, 4,
 8 and 16 (values the kernel rejects are skipped). Each candidate first runs once on set 0 with a NaN-poisoned output
 against the fp32 reference (relative Frobenius error <= 1e-3 fp16 / 8e-3 bf16); an incorrect one is recorded and not
-timed. Timing is kernel mode (benchmarks/timing.py: CUDA-graph replay of R calls rotating over the sets, median per
+timed. Timing is kernel mode (cudal2_ops/measure/timing.py: CUDA-graph replay of R calls rotating over the sets, median per
 call). Shapes are visited in an order whose every prefix is spread over the list, so a run cut by `--budget-s`
 (recorded as `complete: false`) still samples every size.
 
@@ -29,16 +29,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import env, shapes, timing
 from cudal2_ops._extension import _C
 from cudal2_ops.correctness.reference import DTYPES, REL_TOL, error_stats, reference
+from cudal2_ops.measure import env, shapes, timing
+from cudal2_ops.measure.cold_l2 import COLD_FACTOR, bytes_per_call, cold_set_count, l2_bytes
 
 LAYOUT = "nt"
 MAX_M = 64
 SPLITS = (0, 1, 2, 4, 8, 16)
-COLD_FACTOR = 4                  # input sets total more than this many L2 sizes
-MAX_SETS = 4096                  # timing.kernel_mode's cap on calls per replay with several sets
-DEFAULT_L2_BYTES = 64 * 2**20    # when torch does not report the L2 size
 COPY_BYTES = 2 * 2**30           # the peak-bandwidth copy (each of source and destination)
 COPY_WARMUP, COPY_REPS = 20, 20
 SMALL_NK = 16 * 2**20            # the issue's "N*K <= 16M" subset
@@ -49,19 +47,9 @@ TARGETS = (("median % of bandwidth, all problems", "all", "median", 85.0),
            ("min % of bandwidth, N*K <= 16M", "nk_le_16m", "min", 50.0))
 
 
-def bytes_per_call(m: int, n: int, k: int, element_bytes: int = 2) -> int:
-    """Bytes one call must move at least: read A [M, K] and W [N, K], write D [M, N]."""
-    return (m * k + n * k + m * n) * element_bytes
-
-
 def pct_of_bandwidth(nbytes: int, us: float, bandwidth_gbs: float) -> float:
     """Percent of `bandwidth_gbs` (GB/s, 1e9 bytes) reached by moving `nbytes` in `us` microseconds."""
     return 100.0 * nbytes / (us * 1e-6) / (bandwidth_gbs * 1e9)
-
-
-def cold_set_count(nbytes: int, l2_bytes: int, factor: int = COLD_FACTOR, cap: int = MAX_SETS) -> int:
-    """Input sets of `nbytes` each whose total exceeds `factor` x the L2 (at least 2, at most `cap`)."""
-    return max(2, min(cap, factor * l2_bytes // nbytes + 1))
 
 
 def spread(items: list, count: int | None) -> list:
@@ -181,11 +169,6 @@ def render_markdown(doc: dict) -> str:
     lines += _table(["dtype", "M", "N", "K", "decode kernel", "splits", "us", "%", "lt-heur us", "%",
                      "lt-auto us", "%", "auto/decode"], body)
     return "\n".join(lines) + "\n"
-
-
-def l2_bytes() -> int:
-    """The device's L2 size as torch reports it, else DEFAULT_L2_BYTES."""
-    return getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or DEFAULT_L2_BYTES
 
 
 def copy_times_us(nbytes: int, reps: int = COPY_REPS) -> list[float]:

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from torch.autograd import DeviceType
 
-from benchmarks import env
 from benchmarks import e2e
 from benchmarks.llama_block import LlamaConfig
+from cudal2_ops.measure import env
 
 TOP = 12
 

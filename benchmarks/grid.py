@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import check, env, impls, results, runner, shapes
+from benchmarks import check, impls, results, runner
+from cudal2_ops.measure import env, shapes
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FLUSH_S = 15.0

@@ -3,8 +3,8 @@ full aggregates per mode including the kernel mode, per-bucket breakdown, roofli
 failures."""
 from __future__ import annotations
 
-from benchmarks.shapes import BUCKET_LABELS
 from benchmarks.stats import BASELINES, LOSS_BELOW, Comparison
+from cudal2_ops.measure.shapes import BUCKET_LABELS
 
 HOST_MODES = ("offline", "server")
 MAX_FAILURES_LISTED = 30

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import env
 from cudal2_ops._extension import _C
+from cudal2_ops.measure import env
 from search.config import DEFAULT_KNOBS
 from search.sweep import ProblemRun, fastest, kernel_impl, knob_grid, knobs_of, time_call
 

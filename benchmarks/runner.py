@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks import check, timing
+from benchmarks import check
 from benchmarks.impls import Impl
-from benchmarks.shapes import Shape
+from cudal2_ops.measure import timing
+from cudal2_ops.measure.shapes import Shape
 
 DTYPES = check.DTYPES
 MODES = ("kernel", "offline", "server")

@@ -7,7 +7,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from benchmarks.shapes import BUCKET_LABELS, Shape, bucket_of
+from cudal2_ops.measure.shapes import BUCKET_LABELS, Shape, bucket_of
 
 LOSS_BELOW = 0.98
 WIN_ABOVE = 1.00

@@ -35,14 +35,14 @@ from pathlib import Path
 import torch
 
 import cudal2_ops
-from benchmarks import env as bench_env
-from benchmarks import shapes as bench_shapes
-from benchmarks import timing
-from benchmarks.decode_bandwidth import bytes_per_call, cold_set_count, l2_bytes
 from build_tools.kernel_lib import CUTLASS_PIN
 from cudal2_ops._extension import _C
 from cudal2_ops.correctness import checks
 from cudal2_ops.correctness.reference import reference as fp32_reference
+from cudal2_ops.measure import env as bench_env
+from cudal2_ops.measure import shapes as bench_shapes
+from cudal2_ops.measure import timing
+from cudal2_ops.measure.cold_l2 import bytes_per_call, cold_set_count, l2_bytes
 from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
 from search.families import family_module
 

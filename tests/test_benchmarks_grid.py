@@ -2,7 +2,8 @@
 results files and timing arithmetic."""
 import pytest
 
-from benchmarks import grid, impls, results, runner, timing
+from benchmarks import grid, impls, results, runner
+from cudal2_ops.measure import timing
 
 
 def test_parse_args_defaults_and_lists():
@@ -65,7 +66,7 @@ def test_cold_set_count_exceeds_twice_l2():
 
 
 def test_gpu_slug_and_pin():
-    from benchmarks import env
+    from cudal2_ops.measure import env
 
     assert env.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia_h100_80gb_hbm3"
     assert env.gpu_slug("NVIDIA H200") == "nvidia_h200"

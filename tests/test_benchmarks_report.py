@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from benchmarks import impls, report, results, shapes, stats
+from benchmarks import impls, report, results, stats
+from cudal2_ops.measure import shapes
 
 MODES = ("kernel", "offline", "server")
 

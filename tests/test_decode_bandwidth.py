@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from benchmarks import decode_bandwidth as db
-from benchmarks import shapes
+from cudal2_ops.measure import cold_l2, shapes
 
 M16 = 16 * 2**20
 
@@ -17,15 +17,15 @@ def row(m, n, k, decode_pct, auto_pct, heur_pct=50.0, dtype="fp16"):
     """A measured row: times are derived from the percentages (us = 100 / pct), so faster means higher %."""
     best = None if decode_pct is None else cand(100 / decode_pct, decode_pct, kernel="decode_k", splits=4)
     auto = None if auto_pct is None else cand(100 / auto_pct, auto_pct)
-    return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": "nt", "bytes": db.bytes_per_call(m, n, k),
-            "sets": 8, "cold_bytes": 8 * db.bytes_per_call(m, n, k), "decode": [best] if best else [], "rejected": 0,
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": "nt", "bytes": cold_l2.bytes_per_call(m, n, k),
+            "sets": 8, "cold_bytes": 8 * cold_l2.bytes_per_call(m, n, k), "decode": [best] if best else [], "rejected": 0,
             "cublaslt": {"heuristic": cand(100 / heur_pct, heur_pct), "autotune": auto}, "best": best,
             "speedup_vs_autotune": auto["us"] / best["us"] if best and auto else None}
 
 
 def test_bytes_and_percent():
-    assert db.bytes_per_call(1, 4096, 4096) == 2 * (4096 + 4096 * 4096 + 4096)
-    assert db.bytes_per_call(64, 512, 3584, element_bytes=4) == 4 * (64 * 3584 + 512 * 3584 + 64 * 512)
+    assert cold_l2.bytes_per_call(1, 4096, 4096) == 2 * (4096 + 4096 * 4096 + 4096)
+    assert cold_l2.bytes_per_call(64, 512, 3584, element_bytes=4) == 4 * (64 * 3584 + 512 * 3584 + 64 * 512)
     assert db.pct_of_bandwidth(4_000_000, 1.0, 4000.0) == pytest.approx(100.0)  # 4 MB in 1 us = 4000 GB/s
     assert db.pct_of_bandwidth(2_000_000, 1.0, 4000.0) == pytest.approx(50.0)
     assert db.pct_of_bandwidth(4_000_000, 2.0, 1000.0) == pytest.approx(200.0)
@@ -34,12 +34,12 @@ def test_bytes_and_percent():
 def test_cold_sets_exceed_the_factor_times_l2():
     l2 = 60 * 2**20
     for m, n, k in [(1, 512, 3584), (64, 4096, 4096), (1, 29568, 8192)]:
-        nbytes = db.bytes_per_call(m, n, k)
-        count = db.cold_set_count(nbytes, l2)
-        assert count >= 2 and count * nbytes > db.COLD_FACTOR * l2
-        assert (count - 1) * nbytes <= db.COLD_FACTOR * l2 or count == 2
-    assert db.cold_set_count(100, l2) == db.MAX_SETS
-    assert db.cold_set_count(10 * l2, l2) == 2
+        nbytes = cold_l2.bytes_per_call(m, n, k)
+        count = cold_l2.cold_set_count(nbytes, l2)
+        assert count >= 2 and count * nbytes > cold_l2.COLD_FACTOR * l2
+        assert (count - 1) * nbytes <= cold_l2.COLD_FACTOR * l2 or count == 2
+    assert cold_l2.cold_set_count(100, l2) == cold_l2.MAX_SETS
+    assert cold_l2.cold_set_count(10 * l2, l2) == 2
 
 
 def test_spread():

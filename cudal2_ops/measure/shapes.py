@@ -14,7 +14,7 @@ G1000_VALUES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
 ODD_VALUES = (1, 3, 7, 8, 15, 16, 63, 65, 127, 1000, 1023, 4097, 12289)
 ODD_COUNT = 200
 ODD_RANDOM_MAX = 20000
-LLM_SHAPES_FILE = Path(__file__).resolve().parent / "shapes" / "llm_shapes.json"
+LLM_SHAPES_FILE = Path(__file__).resolve().parent / "llm_shapes.json"
 
 # Report buckets over log2(M*N*K): [<24), [24,28), [28,32), [32,36), [36,40), [40,43); the last one is open above.
 BUCKET_EDGES = (24, 28, 32, 36, 40)

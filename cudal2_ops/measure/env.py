@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import timing
+from cudal2_ops.measure import timing
 from cudal2_ops.tables import gpu_slug
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
               "power.limit", "memory.total", "pci.bus_id")
 
