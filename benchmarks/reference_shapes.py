@@ -146,7 +146,8 @@ def markdown(doc: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reference_shapes",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="JSON results (a .md report is written beside it)")
     parser.add_argument("--dtypes", default="fp16", help="comma-separated: fp16,bf16")
     parser.add_argument("--layouts", default=",".join(LAYOUTS))

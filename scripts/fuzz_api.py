@@ -52,7 +52,8 @@ def api(impl: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python3 scripts/fuzz_api.py",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=1000, help="number of cases (0 .. cases-1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", type=int, action="append", help="run only this case index (repeatable)")

@@ -146,7 +146,8 @@ def target(lib: str, kernel_name: str, shapes: tuple[tuple[int, int, int], ...])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python3 scripts/sanitize_kernels.py",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lib", required=True, help="kernel library (.so) to sanitize")
     parser.add_argument("--sample", type=int, help="number of kernels to sample (default: all)")
     parser.add_argument("--seed", type=int, default=0)

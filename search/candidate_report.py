@@ -85,7 +85,8 @@ def markdown(doc: dict, candidates: set[str], margin: float = DEFAULT_MARGIN) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m search.candidate_report",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", type=Path, help="sweep results file (.json or .json.gz)")
     parser.add_argument("--candidates", required=True, help="comma-separated names of the candidate kernels")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)

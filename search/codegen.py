@@ -64,7 +64,7 @@ def default_configs() -> list[HgemmConfig]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m search.codegen", description=__doc__)
     parser.add_argument("--root", type=Path, default=KERNELS_DIR, help="output folder (default: kernels/)")
     parser.add_argument("--names", nargs="+", default=None,
                         help="write these kernels (config names, e.g. candidates to build with build_tools.kernel_lib) "

@@ -248,7 +248,8 @@ def environment() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m search.sweep",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-log2-mnk", type=float, default=24.0, help="every G1000 problem up to this size")
     parser.add_argument("--llm-max-m", type=int, default=64, help="LLM problems up to this M")

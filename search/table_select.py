@@ -100,7 +100,7 @@ def table_path(root: Path, env: dict) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m search.table_select", description=__doc__)
     parser.add_argument("sweeps", type=Path, nargs="+",
                         help="sweep results files (python -m search.sweep; .json or .json.gz) of one GPU; later ones "
                              "win per problem")
