@@ -1,6 +1,6 @@
 """Build of cudal2_ops: the torch extension `cudal2_ops._C` and the torch-free kernel library.
 
-    pip install --no-build-isolation -e .
+    pip install --no-build-isolation -e .            # scripts/install.sh does this, with visible progress
 
 Where torch has no CUDA or nvcc is missing, the pure-Python package is installed and every call runs torch.
 Environment: TORCH_CUDA_ARCH_LIST (default: the visible GPU, else "8.0;9.0a"), MAX_JOBS, CUDAL2_KERNELS
@@ -19,7 +19,7 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_tools import kernel_lib  # noqa: E402 (repository-local build helper)
+from build_tools import kernel_lib, requirements  # noqa: E402 (repository-local build helpers)
 
 VERSION = "0.1.0"
 KERNEL_LIB_NAME = "libcudal2_kernels.so"
@@ -103,6 +103,12 @@ def extension_modules() -> tuple[list, dict]:
     class BuildWithKernels(BuildExtension):
         """Builds the kernel library (content-hash cached objects) next to the extension, then the extension."""
 
+        def finalize_options(self) -> None:
+            """Keeps ninja's objects in build/ between builds: pip's editable build otherwise hands build_ext a new
+            temporary folder each time, and every binding source was compiled again (about 70 s on 2 cores)."""
+            super().finalize_options()
+            self.build_temp = str(ROOT / "build" / f"extension-{sys.implementation.cache_tag}")
+
         def run(self) -> None:
             package_dir = ROOT / "cudal2_ops" if self.inplace else Path(self.build_lib) / "cudal2_ops"
             self.copy_tables(package_dir)
@@ -147,12 +153,6 @@ setup(
     ext_modules=ext_modules,
     cmdclass=cmdclass,
     python_requires=">=3.10",
-    install_requires=["torch>=2.4", "numpy"],
-    extras_require={
-        "build": ["ninja", f"nvidia-cutlass=={kernel_lib.CUTLASS_PIN}", "setuptools>=64"],
-        "bench": ["matplotlib", "tqdm"],
-        "search": ["openai", "tqdm"],
-        "distributed": ["ray"],
-        "test": ["pytest"],
-    },
+    install_requires=requirements.CORE,
+    extras_require=requirements.EXTRAS,
 )
