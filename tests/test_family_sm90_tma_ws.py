@@ -16,6 +16,9 @@ from search.families import sm90_tma_ws as fam
 
 BASE = HgemmConfig("sm90_tma_ws", "fp16", "nt", 128, 256, 64, stages=0, cluster_m=2, cluster_n=1, schedule="coop",
                    scheduler="persistent")
+# The small-problem pingpong default with the epilogue that stores from registers (no smem staging, no TMA store).
+NOSMEM = HgemmConfig("sm90_tma_ws", "fp16", "nt", 64, 128, 64, schedule="pingpong", scheduler="persistent",
+                     epilogue="nosmem")
 
 
 def variant(**changes) -> HgemmConfig:
@@ -39,6 +42,9 @@ def test_defaults_feasible(cfg: HgemmConfig) -> None:
     variant(cluster_m=4, cluster_n=2),
     variant(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", cluster_m=1, swap_ab=True),
     variant(tile_m=128, tile_n=8, tile_k=128, cluster_m=1, scheduler="streamk", swap_ab=True),
+    NOSMEM,
+    variant(tile_m=64, tile_n=16, tile_k=128, schedule="pingpong", cluster_m=1, swap_ab=True, epilogue="nosmem"),
+    variant(tile_n=128, cluster_m=1, cluster_n=2, epilogue="nosmem"),
 ], ids=lambda c: c.name)
 def test_accepts_good(cfg: HgemmConfig) -> None:
     assert fam.feasible(cfg, 90) == (True, "")
@@ -67,6 +73,8 @@ def test_accepts_good(cfg: HgemmConfig) -> None:
     (variant(tile_n=8), 90, "multiple of 16"),
     (variant(tile_n=16, swap_ab=True, layout="nn"), 90, "nt layout"),
     (variant(tile_n=12, swap_ab=True), 90, "multiple of 8"),
+    (variant(tile_n=128, scheduler="streamk", epilogue="nosmem"), 90, "persistent scheduler only"),
+    (variant(splitk="workspace"), 90, "splitk"),
     (HgemmConfig("sm80_cute", "fp16", "nt", 128, 128, 32, stages=3, warps=4), 90, "family"),
 ])
 def test_rejects_bad(cfg: HgemmConfig, arch: int, why: str) -> None:
@@ -80,6 +88,21 @@ def test_shared_memory_model() -> None:
     assert fam.auto_stages(BASE) == 4
     assert fam.epilogue_tile(BASE) == (128, 32)
     assert fam.epilogue_tile(variant(tile_m=64, tile_n=48, schedule="pingpong")) == (64, 16)
+
+
+def test_nosmem_epilogue_gives_its_shared_memory_to_stages() -> None:
+    """64x64x64 pingpong: 16 KiB per stage; 13 fit beside the TMA epilogue's staged D and bias row, 14 without."""
+    nosmem = dataclasses.replace(NOSMEM, tile_n=64)
+    tma = dataclasses.replace(nosmem, epilogue="")
+    assert fam.epilogue_smem_bytes(nosmem) == fam.BARRIER_BYTES < fam.epilogue_smem_bytes(tma)
+    assert (fam.auto_stages(tma), fam.auto_stages(nosmem)) == (13, 14)
+
+
+def test_nosmem_epilogue_renders_its_template_argument() -> None:
+    assert fam.gemm_type(NOSMEM).endswith(", 0, false, cudal2::sm90::EpilogueKind::kNoSmem>")
+    swapped = variant(tile_m=64, tile_n=16, schedule="pingpong", cluster_m=1, swap_ab=True, epilogue="nosmem")
+    assert fam.gemm_type(swapped).endswith(", 0, true, cudal2::sm90::EpilogueKind::kNoSmem>")
+    assert NOSMEM.name.endswith("_pingpong_persistent_nosmem")
 
 
 def test_render_is_deterministic_and_complete() -> None:
@@ -160,15 +183,16 @@ def cuobjdump_path() -> str | None:
     return None
 
 
-def test_compiles_to_hgmma(kernel_toolchain) -> None:
-    """Compiles one representative kernel for sm_90a (cached objects reused) and checks its SASS uses HGMMA."""
+@pytest.mark.parametrize("cfg", [BASE, NOSMEM], ids=lambda c: c.name)
+def test_compiles_to_hgmma(kernel_toolchain, cfg: HgemmConfig) -> None:
+    """Compiles representative kernels (TMA and no-smem epilogues) for sm_90a (cached objects reused; C7510 fails
+    the build) and checks their SASS uses HGMMA."""
     from build_tools import kernel_lib
 
     cuobjdump = cuobjdump_path()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found")
-    assert BASE in fam.default_configs()
-    obj = kernel_lib.compile_object(codegen.write_kernel(BASE), ["90a"], kernel_lib.DEFAULT_CACHE_DIR)
+    obj = kernel_lib.compile_object(codegen.write_kernel(cfg), ["90a"], kernel_lib.DEFAULT_CACHE_DIR)
     sass = subprocess.run([cuobjdump, "--dump-sass", str(obj)], capture_output=True, text=True, check=True).stdout
     assert "HGMMA" in sass
     assert "sm_90a" in sass

@@ -3,7 +3,9 @@
 The template lives in `csrc/include/cudal2/sm90_tma_ws.cuh`; each config becomes one explicit instantiation.
 Config fields used: dtype, layout, tile_m/n/k, stages (0 = auto carve-out), cluster_m/n, schedule ("coop" |
 "pingpong"), scheduler ("persistent" | "streamk"), swap_ab (nt only: D^T = W A^T, tile_m over weight rows and
-tile_n, a multiple of 8, over M). Runtime knobs (see the header): raster (1 = along M, 2 = along
+tile_n, a multiple of 8, over M), epilogue ("" = fusion staged in shared memory and stored by TMA | "nosmem" =
+stored straight from registers, persistent scheduler only: its shared memory goes to mainloop stages and there is no
+store descriptor, for small tiles and small problems). Runtime knobs (see the header): raster (1 = along M, 2 = along
 N), swizzle (the tile scheduler's max_swizzle_size) and, for stream-K kernels, splits (1 = data parallel, s > 1 =
 split-K in s parts); `knob_grid` lists the variants the sweep times.
 """
@@ -22,6 +24,7 @@ BARRIER_BYTES = 1024              # pipeline barriers, tile-scheduler and bias b
 
 SCHEDULES = {"coop": "kCooperative", "pingpong": "kPingpong"}
 SCHEDULERS = {"persistent": "kPersistent", "streamk": "kStreamK"}
+EPILOGUES = {"": "kTma", "nosmem": "kNoSmem"}
 ELEMENTS = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 DTYPE_CODES = {"fp16": "CUDAL2_FP16", "bf16": "CUDAL2_BF16"}
 LAYOUT_CODES = {"nn": "CUDAL2_NN", "nt": "CUDAL2_NT"}
@@ -49,7 +52,7 @@ SPACE: dict[str, tuple] = {
     "scheduler": tuple(SCHEDULERS),
     "warps": (0,),
     "swap_ab": (False, True),
-    "epilogue": ("",),
+    "epilogue": tuple(EPILOGUES),
     "splitk": ("",),
 }
 # Every value of each runtime knob (0 = the kernel's default: heuristic raster, no swizzle, heuristic stream-K
@@ -76,7 +79,10 @@ def epilogue_tile(cfg: HgemmConfig) -> tuple[int, int]:
 
 
 def epilogue_smem_bytes(cfg: HgemmConfig) -> int:
-    """Shared memory of the epilogue: staged D tiles for the TMA store, the bias row, barriers."""
+    """Shared memory of the epilogue: staged D tiles for the TMA store, the bias row, barriers (barriers only for
+    the no-smem epilogue)."""
+    if cfg.epilogue == "nosmem":
+        return BARRIER_BYTES
     rows, cols = epilogue_tile(cfg)
     return EPILOGUE_STAGES * rows * cols * ELEMENT_BYTES + cfg.tile_n * ELEMENT_BYTES + BARRIER_BYTES
 
@@ -128,8 +134,10 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"stages must be 0 (auto) or in [2, {MAX_STAGES}], got {cfg.stages}"
     if cfg.splitk:
         return False, "split-K is the stream-K scheduler's runtime splits knob here; leave splitk empty"
-    if cfg.epilogue not in SPACE["epilogue"]:
-        return False, f"epilogue must be one of {SPACE['epilogue']}, got {cfg.epilogue!r}"
+    if cfg.epilogue not in EPILOGUES:
+        return False, f"epilogue must be one of {tuple(EPILOGUES)}, got {cfg.epilogue!r}"
+    if cfg.epilogue == "nosmem" and cfg.scheduler != "persistent":
+        return False, "the no-smem epilogue is built with the persistent scheduler only"
     stages = cfg.stages or auto_stages(cfg)
     if stages < 2:
         return False, f"only {stages} pipeline stage fits in shared memory"
@@ -153,8 +161,14 @@ def gemm_type(cfg: HgemmConfig) -> str:
     return (f"cudal2::sm90::TmaWsGemm<{ELEMENTS[cfg.dtype]}, {LAYOUT_CODES[cfg.layout]}, "
             f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.cluster_m}, {cfg.cluster_n}, "
             f"cudal2::sm90::Schedule::{SCHEDULES[cfg.schedule]}, "
-            f"cudal2::sm90::TileScheduler::{SCHEDULERS[cfg.scheduler]}, {cfg.stages}"
-            f"{', true' if cfg.swap_ab else ''}>")
+            f"cudal2::sm90::TileScheduler::{SCHEDULERS[cfg.scheduler]}, {cfg.stages}{template_tail(cfg)}>")
+
+
+def template_tail(cfg: HgemmConfig) -> str:
+    """The trailing template arguments that differ from their defaults (SwapAB, then EpilogueKind)."""
+    if cfg.epilogue:
+        return f", {str(cfg.swap_ab).lower()}, cudal2::sm90::EpilogueKind::{EPILOGUES[cfg.epilogue]}"
+    return ", true" if cfg.swap_ab else ""
 
 
 def render(cfg: HgemmConfig) -> str:

@@ -7,6 +7,10 @@
 // `LinCombPerColBias` (acc + bias[n] in fp32, one rounding), calls without one run `ScaledAcc` (no bias leaf to
 // load or broadcast). There is no C operand. Configurations with SwapAB (NT only, for small M such as LLM decode)
 // compute D^T = B A^T: the weight rows tile CUTLASS's M and the rows of A its N (see TmaWsGemmImpl).
+// Configurations with the no-smem epilogue (EpilogueKind::kNoSmem, for small tiles and small problems) store the
+// accumulators straight from registers (CUTLASS's DefaultEpilogue): no staging in shared memory, which goes to
+// mainloop stages instead, and no TMA store descriptor; the bias is read as a C operand broadcast along the rows
+// (stride 0), D = acc + 1 * bias in fp32, rounded once.
 //
 // Launches use programmatic dependent launch (PDL): the kernel is compiled with CUTLASS's grid-dependency control,
 // whose producer warps wait for the preceding grid on the stream to complete (griddepcontrol.wait) before any load,
@@ -61,6 +65,8 @@ namespace sm90 {
 enum class Schedule { kCooperative, kPingpong };
 // Tile scheduler: persistent data-parallel tiles, or stream-K (also split-K / data parallel by the `splits` knob).
 enum class TileScheduler { kPersistent, kStreamK };
+// Epilogue: fusion callbacks with D staged in shared memory and stored by TMA, or stores straight from registers.
+enum class EpilogueKind { kTma, kNoSmem };
 
 // TMA needs 16-byte aligned base pointers and 16-byte multiples for every non-unit stride.
 constexpr int kAlignElements = 8;
@@ -96,12 +102,34 @@ using EpilogueFusion = std::conditional_t<
                        cutlass::epilogue::fusion::LinCombPerColBias<Element, float, Element, Element, float>>,
     cutlass::epilogue::fusion::ScaledAcc<Element, float, float>>;
 
+// The epilogue collective of one GEMM. TMA: the fusion above, D staged in shared memory and stored by TMA. No-smem:
+// D = alpha * acc (+ beta * C, C being the bias broadcast along rows when kBias) stored from registers.
+template <EpilogueKind Epi, class Element, class TileShape, class ClusterShape, class LayoutD, class EpilogueSchedule,
+          bool kBias, bool kSwapAB>
+struct EpilogueCollective {
+  using type = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignElements,  // no C operand
+      Element, LayoutD, kAlignElements, EpilogueSchedule, EpilogueFusion<Element, kBias, kSwapAB>>::CollectiveOp;
+};
+template <class Element, class TileShape, class ClusterShape, class LayoutD, class EpilogueSchedule, bool kBias,
+          bool kSwapAB>
+struct EpilogueCollective<EpilogueKind::kNoSmem, Element, TileShape, ClusterShape, LayoutD, EpilogueSchedule, kBias,
+                          kSwapAB> {
+  using ElementC = std::conditional_t<kBias, Element, void>;  // void: no source load, D = alpha * acc
+  using type = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, LayoutD, kAlignElements, Element,
+      LayoutD, kAlignElements, cutlass::epilogue::NoSmemWarpSpecialized,
+      cutlass::epilogue::fusion::LinearCombination<Element, float, ElementC, float>>::CollectiveOp;
+};
+
 // One CUTLASS GEMM of the family (with or without the bias epilogue). `Stages` == 0 lets CUTLASS fill the shared
 // memory left after the epilogue. With `SwapAB` (NT only) CUTLASS computes D^T = B A^T: the weight B [N, K] is its
 // A operand (tiles of TileM weight rows), A [M, K] its B operand (TileN rows of the small M), and D^T [N, M] is
 // column-major, i.e. D row-major. That puts a small M (LLM decode) on WGMMA's narrow N side.
 template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
-          TileScheduler Tiles, int Stages, bool SwapAB, bool kBias>
+          TileScheduler Tiles, int Stages, bool SwapAB, EpilogueKind Epi, bool kBias>
 struct TmaWsGemmImpl {
   static_assert(std::is_same_v<Element, cutlass::half_t> || std::is_same_v<Element, cutlass::bfloat16_t>,
                 "sm90_tma_ws supports fp16 and bf16");
@@ -111,6 +139,8 @@ struct TmaWsGemmImpl {
                 "CUTLASS's stream-K scheduler needs the cooperative schedule");
   static_assert(Tiles == TileScheduler::kPersistent || !CUDAL2_SM90_GDC,
                 "stream-K kernels are built with CUDAL2_SM90_GDC 0 (see the top of this header)");
+  static_assert(Epi == EpilogueKind::kTma || Tiles == TileScheduler::kPersistent,
+                "the no-smem epilogue is built with the persistent scheduler only");
 
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = std::conditional_t<Layout == CUDAL2_NN, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
@@ -119,13 +149,8 @@ struct TmaWsGemmImpl {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using Tags = ScheduleTags<Sched>;
-  using Fusion = EpilogueFusion<Element, kBias, SwapAB>;
-
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
-      void, LayoutD, kAlignElements,  // no C operand
-      Element, LayoutD, kAlignElements, typename Tags::Epilogue, Fusion>::CollectiveOp;
+  using CollectiveEpilogue = typename EpilogueCollective<Epi, Element, TileShape, ClusterShape, LayoutD,
+                                                         typename Tags::Epilogue, kBias, SwapAB>::type;
 
   using StageCount = std::conditional_t<
       Stages == 0,
@@ -171,12 +196,20 @@ struct TmaWsGemmImpl {
       args.mainloop = {a, stride_a, b, stride_b};
     }
     args.epilogue.thread.alpha = 1.0f;
-    if constexpr (kBias) {
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = stride_d;
+    if constexpr (kBias && Epi == EpilogueKind::kNoSmem) {  // C = bias broadcast along D's rows
+      args.epilogue.thread.beta = 1.0f;
+      args.epilogue.ptr_C = static_cast<const Element*>(p->bias);
+      if constexpr (SwapAB) {
+        args.epilogue.dC = cute::make_stride(_1{}, int64_t(0), int64_t(0));
+      } else {
+        args.epilogue.dC = cute::make_stride(int64_t(0), _1{}, int64_t(0));
+      }
+    } else if constexpr (kBias) {
       args.epilogue.thread.beta = 0.0f;
       args.epilogue.thread.bias_ptr = static_cast<const Element*>(p->bias);
     }
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = stride_d;
     args.epilogue.ptr_D = static_cast<Element*>(p->d);
     args.epilogue.dD = stride_d;
     args.hw_info.device_id = 0;  // only read when sm_count is 0, which sm_count_of avoids
@@ -227,13 +260,13 @@ struct TmaWsGemmImpl {
 
 // One kernel of the family as the C ABI sees it: the bias and bias-free GEMMs of one configuration, picked per call.
 template <class Element, int Layout, int TileM, int TileN, int TileK, int ClusterM, int ClusterN, Schedule Sched,
-          TileScheduler Tiles, int Stages, bool SwapAB = false>
+          TileScheduler Tiles, int Stages, bool SwapAB = false, EpilogueKind Epi = EpilogueKind::kTma>
 struct TmaWsGemm {
   static constexpr int kDtype = std::is_same_v<Element, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
-  using WithBias =
-      TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, SwapAB, true>;
-  using NoBias =
-      TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, SwapAB, false>;
+  using WithBias = TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages,
+                                 SwapAB, Epi, true>;
+  using NoBias = TmaWsGemmImpl<Element, Layout, TileM, TileN, TileK, ClusterM, ClusterN, Sched, Tiles, Stages, SwapAB,
+                               Epi, false>;
 
   // ABI can_implement: common checks, TMA alignment, int32 extents, then CUTLASS's own can_implement.
   static cudal2_status can_implement(const cudal2_problem* p) {
