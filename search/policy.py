@@ -1,0 +1,167 @@
+"""The learned search policy: a contextual factored softmax over the space's dimensions, plus elites per problem.
+
+One categorical per dimension (the family, then each config field and knob of that family), with logits linear in
+the problem's features (radial bases over log2 M, N, K, wave count of 128x128 tiles, arithmetic intensity, dtype,
+layout): what is learned on one shape moves the logits of its neighbours. Initial logits are a prior: the log
+frequency of each value among the families' built default kernels. Updated by REINFORCE with a per-problem baseline
+(moving average of reward); the `ELITES` best measured candidates of each problem are kept for local search. The
+whole state is JSON (stored as snapshots for `resume`).
+"""
+from __future__ import annotations
+
+import collections
+import math
+import random
+from typing import Any
+
+import numpy as np
+
+from search.candidate import Candidate, Problem
+from search.codegen import default_configs
+from search.space import CONFIG_FIELDS, KNOB_FIELDS, family_space, families_for, parse_point, point_of
+
+SM_COUNT_FEATURE = 132          # waves are counted against an H100's SMs (a scale, not a device fact)
+RBF_CENTRES = {"m": (4, 7, 10, 13), "n": (7, 10, 13), "k": (7, 10, 13)}
+RBF_WIDTH = 1.8
+ELITES = 4
+LEARNING_RATE = 0.3
+BASELINE_DECAY = 0.3            # weight of the newest reward in the per-problem moving average
+PRIOR_WEIGHT = 1.0
+
+
+def features(problem: Problem) -> np.ndarray:
+    """The policy's context vector of a problem (bias first, then bases over log2 sizes, waves, intensity)."""
+    logs = {"m": math.log2(problem.m), "n": math.log2(problem.n), "k": math.log2(problem.k)}
+    phi = [1.0]
+    for dim, centres in RBF_CENTRES.items():
+        phi += [math.exp(-((logs[dim] - c) / RBF_WIDTH) ** 2) for c in centres]
+    waves = math.ceil(problem.m / 128) * math.ceil(problem.n / 128) / SM_COUNT_FEATURE
+    phi.append(math.tanh(math.log2(waves) / 4))
+    intensity = problem.m * problem.n * problem.k / (problem.m * problem.k + problem.n * problem.k + problem.m *
+                                                     problem.n)
+    phi.append(math.log2(intensity) / 12)
+    phi += [float(problem.dtype == "bf16"), float(problem.layout == "nt")]
+    return np.array(phi)
+
+
+FEATURES = len(features(Problem("nt", "fp16", 64, 64, 64)))
+
+
+def dimensions(arch: int) -> dict[str, tuple]:
+    """Every categorical of the policy on `arch`: "family", then "<family>.<field>" for each field and knob."""
+    families = families_for(arch)
+    dims: dict[str, tuple] = {"family": families}
+    for family in families:
+        fields, knobs = family_space(family)
+        dims.update({f"{family}.{name}": fields[name] for name in CONFIG_FIELDS})
+        dims.update({f"{family}.{name}": knobs[name] for name in KNOB_FIELDS})
+    return dims
+
+
+def _prior(dims: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """Initial weights: the bias column holds the log frequency of each value among the built default kernels."""
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for cfg in default_configs():
+        counts["family"][cfg.family] += 1
+        for name in CONFIG_FIELDS:
+            counts[f"{cfg.family}.{name}"][getattr(cfg, name)] += 1
+        for name in KNOB_FIELDS:
+            counts[f"{cfg.family}.{name}"][0] += 1
+    weights = {}
+    for dim, values in dims.items():
+        w = np.zeros((len(values), FEATURES))
+        w[:, 0] = PRIOR_WEIGHT * np.log1p([counts[dim][v] for v in values])
+        weights[dim] = w
+    return weights
+
+
+class Policy:
+    """The contextual factored policy with per-problem baselines and elites (see the module docstring)."""
+
+    def __init__(self, arch: int, seed: int = 0, temperature: float = 1.0):
+        self.arch = arch
+        self.seed = seed
+        self.temperature = temperature
+        self.dims = dimensions(arch)
+        self.weights = _prior(self.dims)
+        self.baselines: dict[str, float] = {}
+        self.elites: dict[str, list[tuple[float, str]]] = {}  # problem key -> [(reward, candidate id)], best first
+        self.updates = 0
+        self.rng = random.Random(seed)
+
+    def probabilities(self, dim: str, phi: np.ndarray) -> np.ndarray:
+        """The softmax over `dim`'s values in context `phi`."""
+        logits = self.weights[dim] @ phi / self.temperature
+        logits -= logits.max()
+        p = np.exp(logits)
+        return p / p.sum()
+
+    def _draw(self, dim: str, phi: np.ndarray) -> Any:
+        p = self.probabilities(dim, phi)
+        return self.dims[dim][self.rng.choices(range(len(p)), weights=p)[0]]
+
+    def sample(self, problem: Problem, provenance: str = "policy") -> Candidate:
+        """One point drawn from the policy for `problem` (not checked for feasibility)."""
+        phi = features(problem)
+        family = self._draw("family", phi)
+        doc = {"family": family, "dtype": problem.dtype, "layout": problem.layout}
+        doc.update({name: self._draw(f"{family}.{name}", phi) for name in (*CONFIG_FIELDS, *KNOB_FIELDS)})
+        return parse_point(doc, provenance)
+
+    def update(self, problem: Problem, candidate: Candidate, reward: float) -> None:
+        """One REINFORCE step on a config candidate's reward against the problem's moving-average baseline, and the
+        problem's elites (source candidates only enter the elites)."""
+        key = problem.key
+        self._add_elite(key, reward, candidate.id)
+        if not candidate.config:
+            return
+        baseline = self.baselines.get(key)
+        self.baselines[key] = reward if baseline is None else (1 - BASELINE_DECAY) * baseline + BASELINE_DECAY * reward
+        if baseline is None:
+            return
+        advantage = max(-1.0, min(1.0, reward - baseline))
+        phi = features(problem)
+        point = point_of(candidate)
+        for dim, value in [("family", point["family"])] + [(f"{point['family']}.{n}", point[n])
+                                                          for n in (*CONFIG_FIELDS, *KNOB_FIELDS)]:
+            values = self.dims[dim]
+            if len(values) < 2:
+                continue
+            grad = -self.probabilities(dim, phi)
+            grad[values.index(value)] += 1.0
+            self.weights[dim] += LEARNING_RATE * advantage * np.outer(grad, phi)
+        self.updates += 1
+
+    def _add_elite(self, key: str, reward: float, candidate_id: str) -> None:
+        elites = [e for e in self.elites.get(key, []) if e[1] != candidate_id] + [(reward, candidate_id)]
+        self.elites[key] = sorted(elites, key=lambda e: -e[0])[:ELITES]
+
+    def top_values(self, problem: Problem, count: int = 3) -> dict[str, list[tuple[Any, float]]]:
+        """The `count` most probable values of every multi-valued dimension for `problem` (what the policy learned)."""
+        phi = features(problem)
+        out = {}
+        for dim, values in self.dims.items():
+            if len(values) > 1:
+                p = self.probabilities(dim, phi)
+                out[dim] = [(values[i], round(float(p[i]), 3)) for i in np.argsort(-p)[:count]]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole state, JSON-able."""
+        return {"arch": self.arch, "seed": self.seed, "temperature": self.temperature, "updates": self.updates,
+                "weights": {d: w.tolist() for d, w in self.weights.items()}, "baselines": self.baselines,
+                "elites": {k: [list(e) for e in v] for k, v in self.elites.items()}}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Policy":
+        """A policy restored from `to_json` (its sampler reseeded from the seed and the update count)."""
+        policy = cls(doc["arch"], doc["seed"] + doc["updates"], doc["temperature"])
+        policy.seed = doc["seed"]
+        policy.updates = doc["updates"]
+        for dim, w in doc["weights"].items():
+            if dim not in policy.weights or np.shape(w) != policy.weights[dim].shape:
+                raise ValueError(f"policy snapshot dimension {dim!r} does not match the current space")
+            policy.weights[dim] = np.array(w)
+        policy.baselines = dict(doc["baselines"])
+        policy.elites = {k: [(float(r), str(c)) for r, c in v] for k, v in doc["elites"].items()}
+        return policy
