@@ -3,7 +3,9 @@
 #
 #   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
 #
-# Stages: build, tests, latency, sweep, sweep-cold, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
+# Stages: build, tests, latency, search (python -m search run with the RL policy, then random search at the same
+# evaluation budget, into OUT_DIR/search.sqlite; SEARCH_SHAPES / SEARCH_EVALS / SEARCH_MINUTES / SEARCH_POLICIES; then the
+# run report), search-emit (the searched table and kernel sources from that store, then a rebuild), sweep, sweep-cold, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
 # (kernels and host ops per step, unpatched vs patched, compiled), candidates (kernel configs named in $CANDIDATES,
 # comma-separated, not yet built: generated, built into build/candidates.so, GPU-tested, sanitized, then swept with cold
@@ -74,6 +76,15 @@ run_stage() {
                   --out "$OUT_DIR/sweep_candidates.json" --budget-s "${SWEEP_BUDGET_S:-600}" &&
                 stage candidates_report "$PY" -m search.candidate_report "$OUT_DIR/sweep_candidates.json" \
                   --candidates "$names" --out "$OUT_DIR/candidates_report.md" ;;
+    search) local store="$OUT_DIR/search.sqlite" common=(--arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
+              --shapes "${SEARCH_SHAPES:-sample100}" --budget-evals "${SEARCH_EVALS:-2000}"
+              --budget-minutes "${SEARCH_MINUTES:-4}" --backend local --store "$store" --seed "${SEARCH_SEED:-0}")
+            for policy in ${SEARCH_POLICIES:-rl random}; do
+              stage "search_$policy" "$PY" -m search run "${common[@]}" --policy "$policy"
+            done
+            stage search_report "$PY" -m search report --store "$store" --out "$OUT_DIR/search_report" ;;
+    search-emit) stage search_emit "$PY" -m search emit --store "$OUT_DIR/search.sqlite" &&
+                 cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" && stage rebuild ./scripts/install.sh ;;
     e2e-trace) stage e2e_trace "$PY" -m benchmarks.e2e_trace --out "$OUT_DIR" ;;
     table) stage table "$PY" -m search.table_select "$OUT_DIR/sweep.json" \
              $([ -f "$OUT_DIR/sweep_cold.json" ] && echo "$OUT_DIR/sweep_cold.json") \
