@@ -149,7 +149,7 @@ setup(
     version=VERSION,
     description="Tuned fp16/bf16 GEMM kernels for NVIDIA GPUs with a cuBLASLt-backed dispatcher",
     packages=find_packages(include=["cudal2_ops", "cudal2_ops.*"]),
-    package_data={"cudal2_ops": [KERNEL_LIB_NAME, "tables/*/*.json"]},
+    package_data={"cudal2_ops": [KERNEL_LIB_NAME, "tables/*/*.json", "measure/llm_shapes.json"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
     python_requires=">=3.10",
