@@ -1,0 +1,161 @@
+"""The non-LLM proposers (random, the sweep heuristic, the learned policy) and the context every proposer gets.
+
+A proposer answers `propose(problem, context, n) -> list[Proposal]`; the LLM proposer (search/llm/) speaks the same
+protocol. Proposers avoid the candidates in `context.seen` (already proposed for the problem in this run).
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Protocol
+
+from search.candidate import Candidate, Problem, Proposal
+from search.codegen import default_configs
+from search.config import HgemmConfig
+from search.families import family_module
+from search.policy import Policy
+from search.space import check, neighbours, sample
+
+MAX_DRAWS = 200  # draws per wanted proposal before a proposer gives up on finding a new feasible point
+
+
+@dataclasses.dataclass
+class Measured:
+    """A measured candidate with its problem and result, as shown to proposers (contrastive examples)."""
+
+    candidate: Candidate
+    problem_key: str
+    us: float
+    speedup: float
+
+
+@dataclasses.dataclass
+class ProposalContext:
+    """What a proposer knows about one problem: the GPU's arch, the fastest and slowest measured candidates of this
+    problem and of its neighbouring problems (with times), the contextual-memory text, and the ids already tried."""
+
+    arch: int
+    best: list[Measured] = dataclasses.field(default_factory=list)
+    worst: list[Measured] = dataclasses.field(default_factory=list)
+    neighbour_best: list[Measured] = dataclasses.field(default_factory=list)
+    memory: str = ""
+    seen: set[str] = dataclasses.field(default_factory=set)
+
+
+class Proposer(Protocol):
+    """Anything that proposes candidates for a problem."""
+
+    def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
+        """Up to `n` proposals for `problem`."""
+
+
+def _fresh(cand: Candidate, problem: Problem, context: ProposalContext, taken: set[str]) -> bool:
+    """Whether `cand` is new for this problem and feasible on the context's arch."""
+    return cand.id not in context.seen and cand.id not in taken and check(cand, problem, context.arch)[0]
+
+
+def candidate_of_id(candidate_id: str, provenance: str) -> Candidate:
+    """The config candidate a store id (`<config>@<splits>.<swizzle>.<raster>`) names."""
+    config, knobs = candidate_id.split("@")
+    return Candidate(config=config, knobs=tuple(int(x) for x in knobs.split(".")), provenance=provenance)
+
+
+@dataclasses.dataclass
+class RandomProposer:
+    """Uniformly random feasible points (the baseline every learned proposer must beat)."""
+
+    seed: int = 0
+    provenance: str = "random"
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
+        """`n` new random points (fewer when the space near exhausts)."""
+        out: list[Proposal] = []
+        taken: set[str] = set()
+        for _ in range(n * MAX_DRAWS):
+            if len(out) == n:
+                break
+            cand = dataclasses.replace(sample(self.rng, problem, context.arch), provenance=self.provenance)
+            if _fresh(cand, problem, context, taken):
+                taken.add(cand.id)
+                out.append(Proposal(cand))
+        return out
+
+
+@dataclasses.dataclass
+class SweepHeuristicProposer:
+    """What `python -m search.sweep` does: every built default kernel of the problem's dtype/layout at default knobs,
+    then the family knob grids of the 2 fastest measured; past that (a budget larger than the sweep), random points,
+    so that comparisons run at equal evaluation budgets."""
+
+    seed: int = 0
+    knob_top: int = 2
+
+    def __post_init__(self) -> None:
+        self.fallback = RandomProposer(self.seed, provenance="sweep")
+
+    def _queue(self, problem: Problem, context: ProposalContext) -> list[Candidate]:
+        queue = [Candidate(config=cfg.name, provenance="sweep") for cfg in default_configs()
+                 if (cfg.dtype, cfg.layout) == (problem.dtype, problem.layout)]
+        if context.best:
+            for measured in sorted(context.best, key=lambda m: m.us)[:self.knob_top]:
+                cfg = HgemmConfig.from_name(measured.candidate.config)
+                grid = family_module(cfg.family).knob_grid(cfg, problem.m, problem.n, problem.k)
+                queue += [Candidate(config=cfg.name, knobs=tuple(k), provenance="sweep") for k in grid]
+        return queue
+
+    def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
+        """The next `n` untried candidates of the sweep's order."""
+        taken: set[str] = set()
+        out = []
+        for cand in self._queue(problem, context):
+            if len(out) < n and _fresh(cand, problem, context, taken):
+                taken.add(cand.id)
+                out.append(Proposal(cand))
+        seen = context.seen | taken
+        if len(out) < n:
+            out += self.fallback.propose(problem, dataclasses.replace(context, seen=seen), n - len(out))
+        return out
+
+
+@dataclasses.dataclass
+class PolicyProposer:
+    """The learned policy's proposals: up to `exploit` of every `n` are mutations of the problem's elites (local
+    search), one is the best candidate of a neighbouring problem not yet tried here (transfer), the rest are drawn
+    from the contextual policy."""
+
+    policy: Policy
+    exploit: float = 0.5
+    provenance: str = "policy"
+
+    def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
+        """`n` new feasible candidates (fewer if the policy keeps drawing tried or infeasible points)."""
+        taken: set[str] = set()
+        out: list[Candidate] = []
+        rng = self.policy.rng
+        elites = [candidate_of_id(cid, self.provenance) for _, cid in self.policy.elites.get(problem.key, [])
+                  if not cid.startswith("src_")]
+        for elite in elites:
+            if len(out) >= round(n * self.exploit):
+                break
+            for cand in neighbours(elite, rng):
+                if _fresh(cand, problem, context, taken):
+                    taken.add(cand.id)
+                    out.append(cand)
+                    break
+        for measured in context.neighbour_best:
+            cand = dataclasses.replace(measured.candidate, provenance=self.provenance)
+            if len(out) < n and cand.config and _fresh(cand, problem, context, taken):
+                taken.add(cand.id)
+                out.append(cand)
+                break
+        for _ in range(n * MAX_DRAWS):
+            if len(out) >= n:
+                break
+            cand = self.policy.sample(problem, self.provenance)
+            if _fresh(cand, problem, context, taken):
+                taken.add(cand.id)
+                out.append(cand)
+        return [Proposal(c) for c in out]
