@@ -13,7 +13,7 @@ FAMILIES = ("sm90_tma_ws", "sm80_cute", "decode")
 DTYPES = ("fp16", "bf16")
 LAYOUTS = ("nn", "nt")
 EPILOGUES = ("nosmem",)         # non-default values of HgemmConfig.epilogue (name tokens)
-SPLITK_POLICIES = ("serial",)   # non-default values of HgemmConfig.splitk (name tokens)
+SPLITK_POLICIES = ("workspace",)  # non-default values of HgemmConfig.splitk (name tokens)
 
 # Where each family's generated sources live, and which GPU architectures they are compiled for.
 ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80"}
@@ -45,8 +45,8 @@ class HgemmConfig:
     swap_ab: compute D^T = B A^T so that the weight rows tile CUTLASS's M and the small M its N (sm90, NT only):
     tile_m then counts weight rows and tile_n rows of A.
     epilogue: "" (the family's default) | "nosmem" (sm90: accumulators stored straight from registers, no shared
-    memory staging and no TMA store). splitk: "" (the family's default reduction of split-K partials) | "serial"
-    (sm80_cute: the parts of a tile add into an fp32 workspace tile in split order, the last one writes D).
+    memory staging and no TMA store). splitk: "" (the family's default reduction of split-K partials) | "workspace"
+    (sm80_cute: partials always go through the workspace and a reduction kernel, never a cluster launch).
     """
 
     family: str

@@ -12,7 +12,7 @@ from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
     HgemmConfig("sm90_tma_ws", "bf16", "nt", 64, 16, 128, schedule="pingpong", scheduler="persistent", swap_ab=True),
     HgemmConfig("sm90_tma_ws", "fp16", "nt", 64, 64, 64, schedule="pingpong", scheduler="persistent",
                 epilogue="nosmem"),
-    HgemmConfig("sm80_cute", "fp16", "nt", 32, 32, 64, stages=4, warps=2, splitk="serial"),
+    HgemmConfig("sm80_cute", "fp16", "nt", 32, 32, 64, stages=4, warps=2, splitk="workspace"),
 ])
 def test_name_round_trip(cfg):
     assert HgemmConfig.from_name(cfg.name) == cfg
@@ -38,6 +38,8 @@ def test_default_code_choices_stay_out_of_the_name():
     assert cfg.name == "sm80_cute_fp16_nt_64x64x32_s3_w4"
     assert HgemmConfig("sm90_tma_ws", "fp16", "nt", 64, 64, 64, schedule="pingpong", scheduler="persistent",
                        epilogue="nosmem").name == "sm90_tma_ws_fp16_nt_64x64x64_s0_c1x1_pingpong_persistent_nosmem"
+    assert HgemmConfig("sm80_cute", "bf16", "nn", 32, 64, 64, stages=4, warps=2,
+                       splitk="workspace").name == "sm80_cute_bf16_nn_32x64x64_s4_w2_workspace"
 
 
 @pytest.mark.parametrize("field", ["epilogue", "splitk"])

@@ -2,7 +2,9 @@
 
 The A100 workhorse, also kept for small problems on H100 where lightweight kernels beat the TMA/WGMMA ones. The
 device code lives in `csrc/include/cudal2/sm80_cute*.cuh`; a generated kernel is one `CUDAL2_SM80_CUTE_KERNEL`
-instantiation. Compile-time parameters: tile_m x tile_n x tile_k, warps, stages, dtype, layout. Runtime knobs:
+instantiation. Compile-time parameters: tile_m x tile_n x tile_k, warps, stages, dtype, layout, and the split-K
+policy `splitk` ("" = cluster reduction where available, "workspace" = always the workspace and a reduction kernel:
+no cluster launch, for small problems where co-scheduling a cluster costs more than a second kernel). Runtime knobs:
 `splits` (deterministic split-K: 2-8 parts reduce inside a thread-block cluster on sm_90, more parts or older GPUs
 through the workspace; 0 = automatic, splitting K when the output tiles leave SMs idle), `swizzle` (CTA group size),
 `raster` (1 = M, 2 = N);
@@ -22,6 +24,7 @@ STAGES = range(2, 7)
 # Opt-in dynamic shared memory per block (bytes) of every compute capability the binaries run on.
 SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 ELEMENT = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+SPLITK_POLICIES = {"": "kAuto", "workspace": "kWorkspace"}  # HgemmConfig.splitk -> SplitKPolicy in sm80_cute.cuh
 MMA_M, MMA_N = 16, 16  # per-warp step: one m16n8k16 atom along M, two along N
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread beyond which registers spill
 KNOB_SWIZZLES = (4, 8)    # CTA group sizes along the raster dimension (the default 0 walks the whole dimension)
@@ -44,7 +47,7 @@ SPACE: dict[str, tuple] = {
     "warps": WARPS,
     "swap_ab": (False,),
     "epilogue": ("",),
-    "splitk": ("",),
+    "splitk": tuple(SPLITK_POLICIES),
 }
 # Every value of each runtime knob (0 = default: automatic split-K, whole-dimension swizzle, raster along M).
 KNOB_SPACE: dict[str, tuple] = {
@@ -69,10 +72,12 @@ def n_atom_width(cfg: HgemmConfig) -> int:
 
 
 def smem_bytes(cfg: HgemmConfig) -> int:
-    """Dynamic shared memory: the operand pipeline, or the output staging tile when larger (they share it)."""
+    """Dynamic shared memory: the operand pipeline, the output staging tile or the fp32 partial tile of the cluster
+    split-K reduction, whichever is largest (they share it; GemmTraits::kSmemBytes)."""
     pipeline = cfg.stages * (cfg.tile_m + cfg.tile_n) * cfg.tile_k * 2
     epilogue = cfg.tile_m * cfg.tile_n * 2
-    return max(pipeline, epilogue)
+    cluster_partial = cfg.tile_m * cfg.tile_n * 4
+    return max(pipeline, epilogue, cluster_partial)
 
 
 def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
@@ -129,11 +134,13 @@ def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
 
 def render(cfg: HgemmConfig) -> str:
     """The body of `kernels/sm80/<name>.cu`: one CUDAL2_SM80_CUTE_KERNEL instantiation."""
+    macro, policy = ("CUDAL2_SM80_CUTE_KERNEL_SPLITK", f", {SPLITK_POLICIES[cfg.splitk]}") if cfg.splitk else \
+        ("CUDAL2_SM80_CUTE_KERNEL", "")
     return (
         '#include "cudal2/sm80_cute.cuh"\n'
         "\n"
-        f"CUDAL2_SM80_CUTE_KERNEL({cfg.name}, {ELEMENT[cfg.dtype]}, /*B_N_MAJOR=*/{str(cfg.layout == 'nn').lower()}, "
-        f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.warps}, {cfg.stages})\n"
+        f"{macro}({cfg.name}, {ELEMENT[cfg.dtype]}, /*B_N_MAJOR=*/{str(cfg.layout == 'nn').lower()}, "
+        f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.warps}, {cfg.stages}{policy})\n"
     )
 
 

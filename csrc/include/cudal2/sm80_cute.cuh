@@ -9,6 +9,7 @@
 //             their fp32 partials in distributed shared memory (no workspace, one kernel); otherwise partials go to
 //             the workspace in fp32 and a second kernel on the same stream (launched early with programmatic
 //             dependent launch on sm_90) reduces them. Both sum in split order (bitwise deterministic and equal).
+//             Kernels built with SplitKPolicy::kWorkspace always take the workspace path (no cluster launch).
 //   swizzle : threadblock swizzle group: consecutive CTAs walk `swizzle` tiles along the raster dimension before
 //             stepping along the other (0 = the whole dimension).
 //   raster  : 0/1 = consecutive CTAs walk along M (share B tiles), 2 = along N (share A tiles).
@@ -28,13 +29,22 @@
 
 namespace cudal2::sm80 {
 
-// The ABI entry points of one configuration `Tr` (a GemmTraits).
-template <class Tr>
+// How split-K partials are reduced: in a thread-block cluster where available (else the workspace), or always
+// through the workspace and a reduction kernel (no cluster launch).
+enum class SplitKPolicy { kAuto, kWorkspace };
+
+// The ABI entry points of one configuration `Tr` (a GemmTraits) with split-K reduction policy `kPolicy`.
+template <class Tr, SplitKPolicy kPolicy = SplitKPolicy::kAuto>
 struct Launcher {
   using T = typename Tr::Element;
   static constexpr int kDtype = std::is_same_v<T, cutlass::half_t> ? CUDAL2_FP16 : CUDAL2_BF16;
   static constexpr int kLayout = Tr::kNN ? CUDAL2_NN : CUDAL2_NT;
   static constexpr int kMinKTilesPerSplit = 4;  // automatic split-K keeps at least this many BK tiles per part
+
+  // Whether the `splits` parts of a tile reduce in a cluster (the policy allows it and the device has clusters).
+  static bool cluster_reduce(int splits) {
+    return kPolicy == SplitKPolicy::kAuto && cluster_splitk_available(splits);
+  }
 
   // Tiles of the output grid and the K split actually used for `p`.
   struct Plan {
@@ -75,7 +85,7 @@ struct Launcher {
   static size_t workspace_size(const cudal2_problem* p) {
     if (can_implement(p) != CUDAL2_OK) return 0;
     const Plan pl = plan(p);
-    if (pl.splits <= 1 || cluster_splitk_available(pl.splits)) return 0;
+    if (pl.splits <= 1 || cluster_reduce(pl.splits)) return 0;
     return size_t(pl.splits) * size_t(pl.tiles_m) * Tr::BM * size_t(pl.tiles_n) * Tr::BN * sizeof(float);
   }
 
@@ -93,7 +103,7 @@ struct Launcher {
     args.b = static_cast<const T*>(p->b);
     args.d = static_cast<T*>(p->d);
     args.bias = static_cast<const T*>(p->bias);
-    args.cluster_reduce = cluster_splitk_available(pl.splits);
+    args.cluster_reduce = cluster_reduce(pl.splits);
     args.partials = pl.splits > 1 && !args.cluster_reduce ? static_cast<float*>(p->workspace) : nullptr;
     args.lda = p->lda;
     args.ldb = p->ldb;
@@ -135,11 +145,17 @@ struct Launcher {
 
 }  // namespace cudal2::sm80
 
-// Exports one sm80_cute configuration under the kernel C ABI. NAME equals the generated file's stem.
-#define CUDAL2_SM80_CUTE_KERNEL(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES)                                \
+// Exports one sm80_cute configuration under the kernel C ABI. NAME equals the generated file's stem. POLICY is a
+// SplitKPolicy enumerator (kAuto or kWorkspace).
+#define CUDAL2_SM80_CUTE_KERNEL_SPLITK(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES, POLICY)                 \
   using NAME##_launcher =                                                                                          \
-      ::cudal2::sm80::Launcher<::cudal2::sm80::GemmTraits<ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES>>;          \
+      ::cudal2::sm80::Launcher<::cudal2::sm80::GemmTraits<ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES>,          \
+                               ::cudal2::sm80::SplitKPolicy::POLICY>;                                              \
   CUDAL2_EXPORT_KERNEL(NAME, "sm80_cute", 80, 90, NAME##_launcher::kDtype, NAME##_launcher::kLayout, 1,             \
                        &NAME##_launcher::can_implement, &NAME##_launcher::workspace_size, &NAME##_launcher::launch)
+
+// The same with the default split-K policy (cluster reduction where available).
+#define CUDAL2_SM80_CUTE_KERNEL(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES) \
+  CUDAL2_SM80_CUTE_KERNEL_SPLITK(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES, kAuto)
 
 #endif  // CUDAL2_SM80_CUTE_CUH_
