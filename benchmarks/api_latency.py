@@ -140,7 +140,8 @@ def route_costs(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.api_latency",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if _C is None or not torch.cuda.is_available():
