@@ -261,6 +261,24 @@ def format_seconds(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def link_library(objects: dict[str, Path], out: Path, archs: list[str]) -> list[str]:
+    """Links compiled kernel objects (kernel name -> object) with the library index into the shared library `out`;
+    returns the names linked in. Raises KernelBuildError with the linker output on failure."""
+    linked = sorted(objects)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        reg = Path(tmpdir) / "kernel_registry.cu"
+        reg.write_text(registry_source(linked, library_archs(archs)))
+        tmp_out = Path(tmpdir) / out.name
+        cmd = [nvcc_path(), "-shared", "-std=c++17", "-O2", "-Xcompiler=-fPIC", "-I" + str(INCLUDE_DIR),
+               "-cudart", "static", "-o", str(tmp_out), str(reg), *(str(objects[n]) for n in linked)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise KernelBuildError(f"linking {out.name} failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
+        shutil.copyfile(tmp_out, out)
+    return linked
+
+
 def build_library(names: list[str], out: Path, archs: list[str], cache_dir: Path = DEFAULT_CACHE_DIR,
                   jobs: int | None = None, progress=print_progress) -> list[str]:
     """Compiles `names` for `archs` and links them into the shared library `out`; returns the names linked in.
@@ -285,19 +303,7 @@ def build_library(names: list[str], out: Path, archs: list[str], cache_dir: Path
             left = elapsed / i * (len(sources) - i)
             progress(f"[kernels {i}/{len(sources)}, {format_seconds(elapsed)} elapsed, about {format_seconds(left)} "
                      f"left] {futures[fut]}{'' if obj else ' (no target arch, skipped)'}")
-    linked = sorted(objects)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmpdir:
-        reg = Path(tmpdir) / "kernel_registry.cu"
-        reg.write_text(registry_source(linked, library_archs(archs)))
-        tmp_out = Path(tmpdir) / out.name
-        cmd = [nvcc_path(), "-shared", "-std=c++17", "-O2", "-Xcompiler=-fPIC", "-I" + str(INCLUDE_DIR),
-               "-cudart", "static", "-o", str(tmp_out), str(reg), *(str(objects[n]) for n in linked)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise KernelBuildError(f"linking {out.name} failed:\n{(proc.stdout + proc.stderr)[-6000:]}")
-        shutil.copyfile(tmp_out, out)
-    return linked
+    return link_library(objects, out, archs)
 
 
 def main() -> None:

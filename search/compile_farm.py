@@ -1,0 +1,128 @@
+"""The compile farm: builds candidates into one shared library each, in parallel, without a GPU.
+
+Config candidates are rendered with `search.codegen.render`; source candidates (C ABI kernels) are compiled as given.
+Each build lands as `<artifacts>/<build_key>.so` with its compiler log `<build_key>.log`; `manifest.json` records
+build_key -> library, ok, log, seconds, and the nvcc version and target archs, so that an artifacts folder built on a
+CPU machine (`--compile-only`) can be carried to the GPU machine and evaluated there. Objects go through
+`build_tools.kernel_lib`'s content-hash cache (same nvcc flags, ptxas C7510 fatal), so a rebuild is a link.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+from pathlib import Path
+
+from build_tools import kernel_lib
+from search import codegen
+from search.backend import CompileOutcome
+from search.candidate import Candidate
+from search.config import HgemmConfig
+
+MANIFEST = "manifest.json"
+LOG_TAIL = 6000  # characters of compiler output kept in an outcome (the full log stays in the .log file)
+
+
+def source_arch_dir(source: str) -> str:
+    """The kernel folder (nvcc targets) of a search-written source: sm90 (sm_90a) when it includes an sm90 header
+    or uses WGMMA/TMA, else sm80 (sm_80 and sm_90)."""
+    sm90_markers = ("cudal2/sm90_", "wgmma", "cp.async.bulk", "SM90_TMA")
+    return "sm90" if any(marker in source for marker in sm90_markers) else "sm80"
+
+
+def candidate_source(cand: Candidate) -> tuple[str, str, str]:
+    """(arch_dir, kernel name, .cu text) of a candidate's build. Raises ValueError for an unknown or infeasible
+    config, or a source candidate without `source_name`."""
+    if cand.config:
+        cfg = HgemmConfig.from_name(cand.config)
+        return cfg.arch_dir, cfg.name, codegen.render(cfg)
+    if not cand.source or not cand.source_name:
+        raise ValueError("a candidate needs either `config` or both `source` and `source_name`")
+    return source_arch_dir(cand.source), cand.source_name, cand.source
+
+
+def nvcc_banner() -> str:
+    """The release line of `nvcc --version` (e.g. "Cuda compilation tools, release 13.0, V13.0.88"), or why there
+    is no nvcc."""
+    problem = kernel_lib.toolchain_problem()
+    if problem:
+        return problem
+    lines = kernel_lib.nvcc_version().strip().splitlines()
+    return next((line for line in lines if "release" in line), lines[-1])
+
+
+class CompileFarm:
+    """Builds candidates under `artifacts` for `archs` (e.g. ["90a"]) with `jobs` parallel nvcc processes."""
+
+    def __init__(self, artifacts: Path, archs: list[str], jobs: int | None = None,
+                 cache_dir: Path = kernel_lib.DEFAULT_CACHE_DIR):
+        self.artifacts = Path(artifacts)
+        self.archs = archs
+        self.jobs = jobs or kernel_lib.default_jobs()
+        self.cache_dir = cache_dir
+        self._lock = threading.Lock()
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.artifacts / MANIFEST
+
+    def manifest(self) -> dict:
+        """The artifacts manifest: {"nvcc", "archs", "builds": {build_key: {...}}} (empty builds when new)."""
+        if self.manifest_path.exists():
+            return json.loads(self.manifest_path.read_text())
+        return {"nvcc": "", "archs": self.archs, "builds": {}}
+
+    def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
+        """Builds each distinct build key of `candidates` (in parallel) and records it in the manifest."""
+        todo = {c.build_key: c for c in candidates}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = {key: pool.submit(self._build, cand) for key, cand in todo.items()}
+            outcomes = {key: fut.result() for key, fut in futures.items()}
+        self._record(outcomes)
+        return outcomes
+
+    def _build(self, cand: Candidate) -> CompileOutcome:
+        start = time.monotonic()
+        key = cand.build_key
+        library, log_path = self.artifacts / f"{key}.so", self.artifacts / f"{key}.log"
+        try:
+            arch_dir, name, text = candidate_source(cand)
+            source = self.artifacts / "src" / key / arch_dir / f"{name}.cu"
+            codegen.write_if_changed(source, text)
+            obj = kernel_lib.compile_object(source, self.archs, self.cache_dir)
+            if obj is None:
+                raise kernel_lib.KernelBuildError(
+                    f"{name} ({arch_dir}) has no target among archs {self.archs}; sm90 kernels need 90a")
+            kernel_lib.link_library({name: obj}, library, self.archs)
+            ok, log = True, f"built {name} for {';'.join(self.archs)}"
+        except (kernel_lib.KernelBuildError, ValueError) as exc:
+            library.unlink(missing_ok=True)
+            ok, log = False, str(exc)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(log)
+        return CompileOutcome(ok=ok, artifact=str(library) if ok else "", log=log[-LOG_TAIL:],
+                              seconds=time.monotonic() - start)
+
+    def _record(self, outcomes: dict[str, CompileOutcome]) -> None:
+        with self._lock:
+            doc = self.manifest()
+            doc["nvcc"] = nvcc_banner()
+            doc["archs"] = self.archs
+            for key, out in outcomes.items():
+                doc["builds"][key] = {"artifact": Path(out.artifact).name if out.ok else "", "ok": out.ok,
+                                      "log": f"{key}.log", "seconds": round(out.seconds, 2)}
+            self.artifacts.mkdir(parents=True, exist_ok=True)
+            tmp = self.manifest_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+            tmp.replace(self.manifest_path)
+
+
+def artifact_paths(artifacts: Path) -> dict[str, Path]:
+    """build_key -> shared library of every successful build in an artifacts folder (paths relative to the folder,
+    so a folder carried to another machine still resolves)."""
+    path = Path(artifacts) / MANIFEST
+    if not path.exists():
+        return {}
+    builds = json.loads(path.read_text())["builds"]
+    return {key: Path(artifacts) / b["artifact"] for key, b in builds.items() if b["ok"]}
