@@ -29,7 +29,9 @@ class Backend(Protocol):
         """Builds each distinct `Candidate.build_key`; the outcome per build key."""
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
-        """Checks and times each compiled candidate on its problem; one result per request, in order."""
+        """Checks and times each compiled candidate on its problem; one result per request, in order. The build may
+        have been compiled by an earlier process (the loop never recompiles a build key the store has): the backend
+        finds its artifact by build key (e.g. in its artifacts folder)."""
 
     def environment(self) -> dict[str, Any]:
         """The evaluating GPU: gpu_name, arch (e.g. 90), capability [9, 0], sm_count, driver, cuda, ..."""

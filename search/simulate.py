@@ -39,6 +39,18 @@ BASELINE_TILES = (((128, 256, 64), (2, 1), "coop", "persistent"), ((256, 128, 64
                   ((128, 128, 64), (1, 1), "coop", "streamk"), ((64, 256, 64), (1, 1), "pingpong", "persistent"))
 
 
+def _compiles(seed: int, cand: Candidate) -> CompileOutcome:
+    """The simulated build of a candidate: about one in COMPILE_FAIL_EVERY fails with a ptxas-like log; sources
+    must export the kernel C ABI."""
+    key = cand.build_key
+    if cand.source and "CUDAL2_EXPORT_KERNEL" not in cand.source:
+        return CompileOutcome(False, log="error: the source does not export a kernel (CUDAL2_EXPORT_KERNEL missing)",
+                              seconds=1.0)
+    if _unit_hash(seed, "compile", key) < 1 / COMPILE_FAIL_EVERY:
+        return CompileOutcome(False, log=f"ptxas error: simulated failure building {key}", seconds=30.0)
+    return CompileOutcome(True, artifact=f"sim://{key}.so", seconds=40.0)
+
+
 def _unit_hash(*parts: Any) -> float:
     """A deterministic number in [0, 1) from `parts`."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
@@ -128,11 +140,11 @@ def baseline_model_us(problem: Problem) -> float:
 
 @dataclasses.dataclass
 class SimulatedBackend:
-    """The backend protocol over the cost model. `eval_delay_s` sleeps per evaluation (to test interruption)."""
+    """The backend protocol over the cost model. `eval_delay_s` sleeps per evaluation (to test interruption).
+    Compiles and verdicts are pure functions of (seed, candidate, problem), so any instance agrees with a store."""
 
     seed: int = 0
     eval_delay_s: float = 0.0
-    compiled: dict[str, CompileOutcome] = dataclasses.field(default_factory=dict)
 
     def environment(self) -> dict[str, Any]:
         """A simulated H100 SXM."""
@@ -140,23 +152,11 @@ class SimulatedBackend:
                 "driver": "simulated", "cuda": "simulated", "simulated": True}
 
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
-        """Simulated builds: about one in COMPILE_FAIL_EVERY fails with a ptxas-like log; sources must export the
-        kernel C ABI."""
-        out = {}
-        for cand in candidates:
-            key = cand.build_key
-            if cand.source and "CUDAL2_EXPORT_KERNEL" not in cand.source:
-                out[key] = CompileOutcome(False, log="error: the source does not export a kernel "
-                                                     "(CUDAL2_EXPORT_KERNEL missing)", seconds=1.0)
-            elif _unit_hash(self.seed, "compile", key) < 1 / COMPILE_FAIL_EVERY:
-                out[key] = CompileOutcome(False, log=f"ptxas error: simulated failure building {key}", seconds=30.0)
-            else:
-                out[key] = CompileOutcome(True, artifact=f"sim://{key}.so", log="", seconds=40.0)
-            self.compiled[key] = out[key]
-        return out
+        """Simulated builds (deterministic per build key, so a resumed run's backend agrees with the store)."""
+        return {cand.build_key: _compiles(self.seed, cand) for cand in candidates}
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
-        """Simulated checks and timings of each request (the candidate's build must have compiled here)."""
+        """Simulated checks and timings of each request."""
         results = []
         for cand, problem in requests:
             if self.eval_delay_s:
@@ -166,9 +166,8 @@ class SimulatedBackend:
 
     def _evaluate_one(self, cand: Candidate, problem: Problem) -> EvalResult:
         gpu = self.environment()
-        outcome = self.compiled.get(cand.build_key)
-        if outcome is None or not outcome.ok:
-            return EvalResult(COMPILE_ERROR, reason=f"{cand.build_key} was not built", gpu=gpu)
+        if not _compiles(self.seed, cand).ok:
+            return EvalResult(COMPILE_ERROR, reason=f"{cand.build_key} does not build", gpu=gpu)
         if _unit_hash(self.seed, "crash", cand.id, problem.key) < 1 / CRASH_EVERY:
             return EvalResult(CRASH, reason="simulated: illegal memory access (worker died)", gpu=gpu)
         if _unit_hash(self.seed, "wrong", cand.id) < 1 / WRONG_EVERY:

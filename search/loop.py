@@ -1,0 +1,260 @@
+"""The search loop: propose, check, compile (cached by build key), evaluate, reward, store, learn; round after round.
+
+Each round, every problem of the run gets `per_round` proposals split between the proposers (the policy's share,
+an exploration share of random points, the LLM's share when enabled); infeasible ones are recorded and dropped; new
+builds are compiled (a build key the store has is never compiled again); the rest are evaluated in chunks of
+`chunk` requests, each verdict stored (with its reward) before the next chunk starts, then learned from. The
+budget is a number of evaluations and/or minutes of the run's own time (summed over resumes). Proposals recorded
+but not evaluated when a run stops (killed, or `--compile-only`) are evaluated first on `resume`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+from search.backend import Backend
+from search.candidate import COMPILE_ERROR, INFEASIBLE, OK, Candidate, EvalResult, Problem
+from search.policy import Policy
+from search.proposers import (Measured, PolicyProposer, Proposer, ProposalContext, RandomProposer,
+                              SweepHeuristicProposer)
+from search.reward import reward
+from search.space import check
+from search.store import Store
+
+POLICIES = ("rl", "random", "sweep")
+CONTRAST = 4           # best and worst measured candidates shown per problem
+NEIGHBOUR_DISTANCE = 2.0  # problems within this L1 distance in log2 (M, N, K) are neighbours
+
+
+@dataclasses.dataclass
+class RunArgs:
+    """A run's settings (stored with the run; `resume` restores them)."""
+
+    policy: str = "rl"
+    llm: str = "none"
+    per_round: int = 4
+    explore: float = 0.0          # share of each problem's proposals drawn at random (policy rl)
+    llm_share: float = 0.25       # share of each problem's proposals asked of the LLM (--llm other than none)
+    budget_evals: int | None = None
+    budget_minutes: float | None = None
+    seed: int = 0
+    chunk: int = 64
+    compile_only: bool = False
+    memory: str = ""              # contextual-memory file (LLM prompts); the memory hook updates it every round
+    arch: int = 90
+    backend: str = "sim"
+    artifacts: str = ""
+    sim_delay_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; supported: {POLICIES}")
+        if self.budget_evals is None and self.budget_minutes is None and not self.compile_only:
+            raise ValueError("give a budget: budget_evals and/or budget_minutes")
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean (nan for an empty list)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def _distance(a: Problem, b: Problem) -> float:
+    return sum(abs(math.log2(x) - math.log2(y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
+
+
+def llm_proposer(name: str) -> Proposer:
+    """The LLM proposer (search.llm, optional extra) for `--llm NAME`."""
+    from search.llm import LLMProposer  # optional: only `--llm` other than none needs it
+    return LLMProposer.from_env(name)
+
+
+def memory_hook(store: Store, path: str) -> None:
+    """Updates the contextual-memory file through `search.llm.memory.update(store, path)` when it is installed."""
+    try:
+        memory = importlib.import_module("search.llm.memory")
+    except ModuleNotFoundError:
+        return
+    memory.update(store, Path(path))
+
+
+class Search:
+    """One run of the loop over a store and a backend (create with `start` or `resume`)."""
+
+    def __init__(self, store: Store, backend: Backend, run_id: str, args: RunArgs, policy: Policy | None = None,
+                 on_eval: Callable[[int, float], None] | None = None):
+        self.store, self.backend, self.run_id, self.args, self.arch = store, backend, run_id, args, args.arch
+        self.problems = store.run_problems(run_id)
+        self.policy = policy or Policy(args.arch, args.seed)
+        self.on_eval = on_eval
+        self.measured: dict[str, list[Measured]] = {}
+        self.tried = store.tried(run_id)
+        for row in store.evaluations(run_id):
+            if row["status"] == OK:
+                self._remember(row["problem_key"], store.candidate(row["candidate_id"]), row["us"],
+                               row["baseline_us"] / row["us"])
+        self.proposers = self._proposers()
+
+    @classmethod
+    def start(cls, store: Store, backend: Backend, args: RunArgs, problems: list[Problem], **kwargs) -> "Search":
+        """A new run of `problems`."""
+        env = backend.environment()
+        if env.get("arch", args.arch) != args.arch:
+            raise ValueError(f"the backend's GPU is sm{env['arch']}, the run asks for sm{args.arch}")
+        run_id = store.create_run(args.policy, dataclasses.asdict(args), env, problems)
+        return cls(store, backend, run_id, args, **kwargs)
+
+    @classmethod
+    def resume(cls, store: Store, backend: Backend, run_id: str, overrides: dict | None = None,
+               **kwargs) -> "Search":
+        """The run `run_id` continued (its stored args, with `overrides`): its latest policy snapshot, with the
+        verdicts recorded after it replayed."""
+        args = RunArgs(**{**json.loads(store.run(run_id)["args"]), "compile_only": False, **(overrides or {})})
+        snapshot = store.latest_policy(run_id)
+        policy = Policy.from_json(snapshot) if snapshot else Policy(args.arch, args.seed)
+        after = max((r["round"] for r in store.query(
+            "SELECT round FROM policy_snapshots WHERE run_id = ?", (run_id,))), default=-1)
+        problems = {p.key: p for p in store.run_problems(run_id)}
+        for r in store.evaluations(run_id):
+            if r["round"] > after:
+                policy.update(problems[r["problem_key"]], store.candidate(r["candidate_id"]), r["reward"])
+        return cls(store, backend, run_id, args, policy=policy, **kwargs)
+
+    def _proposers(self) -> list[tuple[Proposer, str, float]]:
+        """(proposer, provenance label, share of each problem's proposals)."""
+        a = self.args
+        main = {"rl": PolicyProposer(self.policy), "random": RandomProposer(a.seed),
+                "sweep": SweepHeuristicProposer(a.seed)}[a.policy]
+        shares = [(main, a.policy, 1.0)]
+        if a.policy == "rl" and a.explore:
+            shares = [(main, "policy", 1.0 - a.explore), (RandomProposer(a.seed + 1), "random", a.explore)]
+        if a.llm != "none":
+            shares = [(p, label, share * (1.0 - a.llm_share)) for p, label, share in shares]
+            shares.append((llm_proposer(a.llm), f"llm:{a.llm}", a.llm_share))
+        return shares
+
+    def _remember(self, key: str, cand: Candidate, us: float, speedup: float) -> None:
+        self.measured.setdefault(key, []).append(Measured(cand, key, us, speedup))
+
+    def context(self, problem: Problem) -> ProposalContext:
+        """The proposers' view of `problem`: contrastive examples here and in neighbouring problems, the memory."""
+        here = sorted(self.measured.get(problem.key, []), key=lambda m: m.us)
+        near = [best for p in self.problems if p.key != problem.key and (p.dtype, p.layout) == (problem.dtype,
+                problem.layout) and _distance(p, problem) <= NEIGHBOUR_DISTANCE
+                for best in sorted(self.measured.get(p.key, []), key=lambda m: m.us)[:1]]
+        memory = Path(self.args.memory).read_text() if self.args.memory and Path(self.args.memory).exists() else ""
+        return ProposalContext(self.arch, best=here[:CONTRAST], worst=here[-CONTRAST:][::-1] if here else [],
+                               neighbour_best=sorted(near, key=lambda m: -m.speedup)[:CONTRAST], memory=memory,
+                               seen=set(self.tried.get(problem.key, set())))
+
+    def best_speedups(self) -> dict[str, float]:
+        """Problem key -> best measured speedup so far."""
+        return {key: max(m.speedup for m in ms) for key, ms in self.measured.items() if ms}
+
+    def done(self) -> bool:
+        """Whether the budget is spent."""
+        a = self.args
+        row = self.store.run(self.run_id)
+        return ((a.budget_evals is not None and self.store.evaluation_count(self.run_id) >= a.budget_evals) or
+                (a.budget_minutes is not None and row["elapsed_s"] >= 60 * a.budget_minutes))
+
+    def propose(self, round_: int) -> list[tuple[Candidate, Problem]]:
+        """One round of proposals for every problem, recorded; the feasible new ones."""
+        requests = []
+        for problem in self.problems:
+            context = self.context(problem)
+            for proposer, label, share in self.proposers:
+                count = max(1, round(self.args.per_round * share))
+                for proposal in proposer.propose(problem, context, count):
+                    cand = proposal.candidate
+                    if cand is not None:
+                        if cand.id in context.seen:
+                            continue
+                        context.seen.add(cand.id)
+                        ok, why = check(cand, problem, self.arch)
+                        if not proposal.status and not ok:
+                            proposal = dataclasses.replace(proposal, status=INFEASIBLE, reason=why)
+                        self.store.add_candidate(cand)
+                    self.store.add_proposal(self.run_id, round_, problem, proposal, label)
+                    if cand is not None:
+                        self.tried.setdefault(problem.key, set()).add(cand.id)
+                        if not proposal.status:
+                            requests.append((cand, problem))
+        return requests
+
+    def pending(self) -> list[tuple[Candidate, Problem]]:
+        """Usable proposals of this run that have no verdict yet (a stopped run's in-flight or compile-only work)."""
+        problems = {p.key: p for p in self.problems}
+        rows = self.store.query(
+            "SELECT DISTINCT p.candidate_id, p.problem_key FROM proposals p WHERE p.run_id = ? AND p.status = '' AND "
+            "p.candidate_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.run_id = p.run_id AND "
+            "e.candidate_id = p.candidate_id AND e.problem_key = p.problem_key) ORDER BY p.id", (self.run_id,))
+        return [(self.store.candidate(r["candidate_id"]), problems[r["problem_key"]]) for r in rows]
+
+    def compile(self, requests: list[tuple[Candidate, Problem]]) -> dict[str, bool]:
+        """Compiles the builds the store has not seen; build key -> ok for every request's build."""
+        builds = {cand.build_key: cand for cand, _ in requests}
+        known = {key: self.store.compile_outcome(key) for key in builds}
+        new = [cand for key, cand in builds.items() if known[key] is None]
+        if new:
+            for key, outcome in self.backend.compile(new).items():
+                self.store.add_compile(key, outcome)
+                known[key] = outcome
+        return {key: outcome.ok for key, outcome in known.items()}
+
+    def evaluate(self, round_: int, requests: list[tuple[Candidate, Problem]]) -> None:
+        """Compiles, evaluates (in chunks, within budget), stores and learns from `requests`."""
+        built = self.compile(requests)
+        for start in range(0, len(requests), self.args.chunk):
+            if self.done():
+                return
+            began = time.monotonic()
+            chunk = requests[start:start + self.args.chunk]
+            if self.args.budget_evals is not None:
+                chunk = chunk[:self.args.budget_evals - self.store.evaluation_count(self.run_id)]
+            runnable = [(c, p) for c, p in chunk if built[c.build_key]]
+            results = iter(self.backend.evaluate(runnable) if runnable else [])
+            for cand, problem in chunk:
+                if built[cand.build_key]:
+                    result = next(results)
+                else:
+                    outcome = self.store.compile_outcome(cand.build_key)
+                    result = EvalResult(COMPILE_ERROR, reason=outcome.log[-2000:], compile_s=outcome.seconds)
+                self.record(round_, cand, problem, result)
+            self.store.add_elapsed(self.run_id, time.monotonic() - began)
+
+    def record(self, round_: int, cand: Candidate, problem: Problem, result: EvalResult) -> None:
+        """Stores one verdict with its reward and learns from it."""
+        value = reward(result, cand)
+        self.store.add_evaluation(self.run_id, round_, cand, problem, result, value)
+        self.policy.update(problem, cand, value)
+        if result.speedup is not None:
+            self._remember(problem.key, cand, result.us, result.speedup)
+        if self.on_eval:
+            self.on_eval(self.store.evaluation_count(self.run_id), geomean(list(self.best_speedups().values())))
+
+    def run(self) -> None:
+        """Rounds until the budget is spent (one proposal round, compiled only, with `compile_only`)."""
+        round_ = self.store.last_round(self.run_id) + 1
+        if self.args.compile_only:
+            self.compile(self.propose(round_))
+            return
+        leftover = self.pending()
+        if leftover:
+            self.evaluate(round_ - 1, leftover)
+        while not self.done():
+            began = time.monotonic()
+            requests = self.propose(round_)
+            self.store.add_elapsed(self.run_id, time.monotonic() - began)
+            if not requests:
+                break  # every proposer is exhausted
+            self.evaluate(round_, requests)
+            self.store.save_policy(self.run_id, round_, self.policy.to_json())
+            if self.args.llm != "none" and self.args.memory:
+                memory_hook(self.store, self.args.memory)
+            round_ += 1
+        self.store.finish_run(self.run_id)
