@@ -41,18 +41,16 @@ def test_unknown_command_fails():
 
 
 ENTRY_POINT_FOLDERS = ("cudal2_ops", "search", "benchmarks", "build_tools", "scripts")
-# Entry points whose command is not `python -m <module path>`.
-COMMANDS = {"cudal2_ops/cli.py": "python -m cudal2_ops"}
 
 
 def entry_point_command(path: Path) -> str:
-    """The command a user types for the entry point in `path` (relative to the repository root)."""
-    name = path.as_posix()
-    if name in COMMANDS:
-        return COMMANDS[name]
+    """The command a user types for the entry point in `path` (relative to the repository root): `python3 scripts/x.py`
+    outside packages, `python -m pkg` for a package's __main__.py or the cli.py it runs, else `python -m pkg.module`."""
     if path.parts[0] == "scripts":  # not a package: run by path
-        return f"python3 {name}"
-    return "python -m " + ".".join(path.with_suffix("").parts)
+        return f"python3 {path.as_posix()}"
+    main_module = REPO_ROOT / path.parent / "__main__.py"
+    runs_package = path.name == "__main__.py" or (path.stem == "cli" and main_module.exists())
+    return "python -m " + ".".join(path.parent.parts if runs_package else path.with_suffix("").parts)
 
 
 def argument_parser_progs(source: str) -> list[str | None]:
