@@ -1,0 +1,69 @@
+"""LocalBackend: the compile farm and one evaluation worker per GPU of this machine.
+
+Builds land in an artifacts folder whose manifest also serves builds made elsewhere (`--compile-only` on a CPU
+machine, the folder carried here): `evaluate` finds any build key the manifest records, compiled in this process
+or not.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from build_tools import kernel_lib
+from search.backend import CompileOutcome
+from search.candidate import COMPILE_ERROR, Candidate, EvalResult, Problem
+from search.compile_farm import CompileFarm, artifact_paths
+from search.evaluator import EvaluatorPool
+
+
+class LocalBackend:
+    """Compiles with `jobs` nvcc processes for `archs` (default: TORCH_CUDA_ARCH_LIST or 8.0;9.0a) into `artifacts`
+    and evaluates on `gpus` (default: every visible GPU; workers start on the first evaluation)."""
+
+    def __init__(self, artifacts: Path, archs: list[str] | None = None, jobs: int | None = None,
+                 gpus: list[str] | None = None, timeout_s: float = 300.0, cases: int = 3,
+                 worker_env: dict[str, str] | None = None):
+        self.farm = CompileFarm(Path(artifacts), archs or kernel_lib.parse_arch_list(None), jobs)
+        self._gpus, self._timeout_s, self._cases, self._worker_env = gpus, timeout_s, cases, worker_env
+        self._pool: EvaluatorPool | None = None
+        self._failed: dict[str, str] = {}
+
+    @property
+    def pool(self) -> EvaluatorPool:
+        """The evaluation workers (created on first use, so that compile-only runs need no GPU)."""
+        if self._pool is None:
+            self._pool = EvaluatorPool(self._gpus, self._timeout_s, self._cases, self._worker_env)
+        return self._pool
+
+    def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
+        """Builds each distinct build key (see CompileFarm.compile)."""
+        outcomes = self.farm.compile(candidates)
+        self._failed.update({key: out.log for key, out in outcomes.items() if not out.ok})
+        return outcomes
+
+    def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
+        """Verdicts in request order; a candidate without a successful build is a COMPILE_ERROR (the build log's
+        tail, or "not compiled" when it was never built into this artifacts folder)."""
+        libraries = artifact_paths(self.farm.artifacts)
+        results: list[EvalResult | None] = [None] * len(requests)
+        runnable = []
+        for i, (cand, problem) in enumerate(requests):
+            library = libraries.get(cand.build_key)
+            if library is None:
+                why = self._failed.get(cand.build_key, f"{cand.build_key} was not compiled into {self.farm.artifacts}")
+                results[i] = EvalResult(COMPILE_ERROR, reason=why)
+            else:
+                runnable.append((i, (cand, problem, str(library.resolve()))))
+        if runnable:
+            for (i, _), result in zip(runnable, self.pool.evaluate([r for _, r in runnable])):
+                results[i] = result
+        return results
+
+    def environment(self) -> dict[str, Any]:
+        """The evaluating GPU's environment, from the first worker."""
+        return self.pool.environment()
+
+    def close(self) -> None:
+        """Stops the evaluation workers."""
+        if self._pool is not None:
+            self._pool.close()

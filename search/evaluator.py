@@ -1,0 +1,159 @@
+"""The evaluator pool: one `search.eval_worker` process per visible GPU, fed JSON lines, with crash and hang isolation.
+
+A request that makes its worker exit (a fault, an abort) is a CRASH; one that outlives `timeout_s` is a HANG: the
+worker is killed and restarted, the verdict carries the reason (exit status and the tail of the worker's stderr),
+and the other requests go on. Requests are spread over the workers; results come back in request order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from search.candidate import CRASH, HANG, Candidate, EvalResult, Problem
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 300.0   # torch import, CUDA context and the roofline measurement
+STDERR_TAIL = 3000
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs to run workers on: CUDA_VISIBLE_DEVICES's entries if set, else 0..device_count-1."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
+        return [d.strip() for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    import torch  # noqa: PLC0415 (only to count GPUs)
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+class WorkerDied(RuntimeError):
+    """The worker exited or stopped answering; `status` is CRASH or HANG."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+class Worker:
+    """One evaluation worker process bound to `gpu` (CUDA_VISIBLE_DEVICES), restarted after a crash or hang."""
+
+    def __init__(self, gpu: str, extra_env: dict[str, str] | None = None):
+        self.gpu = gpu
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen | None = None
+        self.environment: dict[str, Any] = {}
+
+    def start(self) -> None:
+        env = {**os.environ, **self.extra_env, "CUDA_VISIBLE_DEVICES": self.gpu}
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "search.eval_worker"], cwd=REPO_ROOT, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=1)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        ready = json.loads(self._reply(START_TIMEOUT_S))
+        self.environment = ready["environment"]
+
+    @staticmethod
+    def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")  # end of stream: the worker exited
+
+    def _stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-STDERR_TAIL:]
+
+    def _reply(self, timeout_s: float) -> str:
+        try:
+            line = self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            tail = self._stderr_tail()
+            self.stop()
+            raise WorkerDied(HANG, f"no answer within {timeout_s:.0f} s on GPU {self.gpu}; worker killed. stderr: "
+                                   f"{tail}") from None
+        if not line:
+            code, tail = self.proc.wait(), self._stderr_tail()
+            self.stop()
+            raise WorkerDied(CRASH, f"worker on GPU {self.gpu} exited with status {code}. stderr: {tail}")
+        return line
+
+    def request(self, payload: dict, timeout_s: float) -> EvalResult:
+        """Sends one request; the worker's verdict, or CRASH / HANG (the worker is restarted on the next request)."""
+        try:
+            if self.proc is None:
+                self.start()
+            self.proc.stdin.write(json.dumps(payload) + "\n")
+            self.proc.stdin.flush()
+            return EvalResult.from_json(self._reply(timeout_s))
+        except BrokenPipeError:
+            tail = self._stderr_tail()
+            self.stop()
+            return EvalResult(CRASH, reason=f"worker on GPU {self.gpu} exited before the request: {tail}",
+                              gpu=self.environment)
+        except WorkerDied as died:
+            return EvalResult(died.status, reason=str(died), gpu=self.environment)
+
+    def stop(self) -> None:
+        """Kills the worker process (if running) and drops its stderr log."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+            self.stderr.close()
+
+
+class EvaluatorPool:
+    """Evaluates (candidate, problem) pairs on one worker per GPU; `artifacts` maps build keys to shared libraries.
+
+    `timeout_s` bounds one request (all of its test cases); `cases` test cases of fresh inputs per request.
+    """
+
+    def __init__(self, gpus: list[str] | None = None, timeout_s: float = 300.0, cases: int = 3,
+                 extra_env: dict[str, str] | None = None):
+        gpus = visible_gpus() if gpus is None else gpus
+        if not gpus:
+            raise RuntimeError("no GPU to evaluate on (CUDA_VISIBLE_DEVICES is empty and torch sees no device)")
+        self.workers = [Worker(gpu, extra_env) for gpu in gpus]
+        self.timeout_s, self.cases = timeout_s, cases
+
+    def environment(self) -> dict[str, Any]:
+        """The first worker's GPU environment (gpu_name, arch, sm_count, driver, cuda, torch, ...)."""
+        worker = self.workers[0]
+        if worker.proc is None:
+            worker.start()
+        return worker.environment
+
+    def evaluate(self, requests: list[tuple[Candidate, Problem, str]], seed: int = 0) -> list[EvalResult]:
+        """Verdicts on (candidate, problem, shared library path) triples, in order."""
+        results: list[EvalResult | None] = [None] * len(requests)
+        todo: queue.Queue[int] = queue.Queue()
+        for i in range(len(requests)):
+            todo.put(i)
+
+        def drain(worker: Worker) -> None:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                cand, problem, artifact = requests[i]
+                payload = {"candidate": cand.to_json(), "problem": problem.__dict__, "artifact": artifact,
+                           "cases": self.cases, "seed": seed + i}
+                results[i] = worker.request(payload, self.timeout_s)
+
+        threads = [threading.Thread(target=drain, args=(w,)) for w in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+
+    def close(self) -> None:
+        """Stops every worker."""
+        for worker in self.workers:
+            worker.stop()

@@ -1,0 +1,57 @@
+"""The evaluator pool's crash and hang isolation and the local backend's routing, on CPU: workers run in the
+eval_worker's self-test mode (CUDAL2_EVAL_WORKER_SELFTEST=1), which crashes or hangs on request."""
+from __future__ import annotations
+
+import json
+import time
+
+from search.backends.local import LocalBackend
+from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, Candidate, Problem
+from search.eval_worker import SELFTEST_ENV
+from search.evaluator import EvaluatorPool
+
+SELFTEST = {SELFTEST_ENV: "1"}
+PROBLEM = Problem("nt", "fp16", 64, 4096, 4096)
+
+
+def test_crash_and_hang_kill_the_worker_not_the_run():
+    pool = EvaluatorPool(["0"], timeout_s=3.0, extra_env=SELFTEST)
+    try:
+        names = ["fine_a", "selftest_crash", "fine_b", "selftest_hang", "fine_c"]
+        start = time.monotonic()
+        results = pool.evaluate([(Candidate(config=n), PROBLEM, "/nonexistent.so") for n in names])
+        assert [r.status for r in results] == [OK, CRASH, OK, HANG, OK]
+        assert "exited with status" in results[1].reason
+        assert "no answer within 3 s" in results[3].reason and "killed" in results[3].reason
+        assert results[0].gpu == {"gpu_name": "selftest"} and results[0].eval_s >= 0
+        assert time.monotonic() - start < 60
+        assert pool.environment()["gpu_name"] == "selftest"
+    finally:
+        pool.close()
+
+
+def test_requests_are_spread_over_workers_in_order():
+    pool = EvaluatorPool(["0", "1"], timeout_s=10.0, extra_env=SELFTEST)
+    try:
+        results = pool.evaluate([(Candidate(config=f"k{i}"), PROBLEM, "/x.so") for i in range(6)])
+        assert [r.status for r in results] == [OK] * 6
+        assert all(w.proc is not None for w in pool.workers)
+    finally:
+        pool.close()
+        assert all(w.proc is None for w in pool.workers)
+
+
+def test_local_backend_evaluates_builds_from_a_carried_manifest(tmp_path):
+    (tmp_path / "built.so").write_bytes(b"")
+    (tmp_path / "manifest.json").write_text(json.dumps({"nvcc": "release 13.0", "archs": ["90a"], "builds": {
+        "built": {"artifact": "built.so", "ok": True, "log": "built.log", "seconds": 1.0},
+        "failed": {"artifact": "", "ok": False, "log": "failed.log", "seconds": 1.0}}}))
+    backend = LocalBackend(tmp_path, archs=["90a"], gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
+    try:
+        results = backend.evaluate([(Candidate(config="built"), PROBLEM), (Candidate(config="failed"), PROBLEM),
+                                    (Candidate(config="never"), PROBLEM)])
+        assert [r.status for r in results] == [OK, COMPILE_ERROR, COMPILE_ERROR]
+        assert "was not compiled" in results[2].reason
+        assert backend.environment()["gpu_name"] == "selftest"
+    finally:
+        backend.close()
