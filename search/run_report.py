@@ -1,0 +1,171 @@
+"""`python -m search report`: a store's runs as Markdown with plots (matplotlib, Agg).
+
+Sections: runs; policies compared at equal evaluation budget (each run cut to the smallest run's count, over the
+problems they share); best speedup per shape; reward and best-geomean curves by policy; what the policy learned
+(most probable values per dimension for a problem of each log2(MNK) bucket); compile and evaluation counts;
+failures by status with example reasons.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+from pathlib import Path
+
+from cudal2_ops.measure.shapes import BUCKET_LABELS, bucket_of
+from search.candidate import OK
+from search.loop import geomean
+from search.policy import Policy
+from search.store import Store
+
+EXAMPLE_REASONS = 2
+
+
+def best_within(evaluations: list, count: int | None = None) -> dict[str, float]:
+    """Problem key -> best speedup among the first `count` evaluations (all when None)."""
+    best: dict[str, float] = {}
+    for e in evaluations[:count]:
+        if e["status"] == OK and e["us"]:
+            best[e["problem_key"]] = max(best.get(e["problem_key"], 0.0), e["baseline_us"] / e["us"])
+    return best
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def _fmt(x: float) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def policy_comparison(store: Store) -> tuple[list[str], dict[str, list]]:
+    """The equal-budget comparison lines and, per run id, its evaluations (for the curves)."""
+    runs = store.runs()
+    evaluations = {r["id"]: store.evaluations(r["id"]) for r in runs}
+    if not runs:
+        return ["No runs."], evaluations
+    budget = min(len(v) for v in evaluations.values())
+    best = {rid: best_within(evs, budget) for rid, evs in evaluations.items()}
+    shared = set.intersection(*(set(b) for b in best.values())) if best else set()
+    rows = [[r["id"], r["policy"], budget, len(shared), _fmt(geomean([best[r["id"]][k] for k in shared])),
+             _fmt(geomean([max(1.0, best[r["id"]][k]) for k in shared]))] for r in runs]
+    lines = [f"Every run cut to its first {budget} evaluations; geomean over the {len(shared)} problems all runs "
+             "measured (raw best speedup, and with cuBLASLt kept where nothing wins):", ""]
+    return lines + _table(["run", "policy", "evaluations", "problems", "geomean best", "geomean table"], rows), \
+        evaluations
+
+
+def learned(store: Store) -> list[str]:
+    """Top values per dimension, for a representative problem of each bucket, from each rl run's latest policy."""
+    lines = []
+    for run in store.runs():
+        snapshot = store.latest_policy(run["id"])
+        if run["policy"] != "rl" or snapshot is None:
+            continue
+        policy = Policy.from_json(snapshot)
+        by_bucket = collections.defaultdict(list)
+        for p in store.run_problems(run["id"]):
+            by_bucket[bucket_of((p.m, p.n, p.k))].append(p)
+        lines += [f"Run {run['id']} ({policy.updates} updates): the most probable family and, for it, each "
+                  "dimension's top values (probability), at the median problem of each log2(MNK) bucket.", ""]
+        rows = []
+        for bucket in BUCKET_LABELS:
+            if not by_bucket[bucket]:
+                continue
+            problem = sorted(by_bucket[bucket], key=lambda p: p.m * p.n * p.k)[len(by_bucket[bucket]) // 2]
+            top = policy.top_values(problem, 2)
+            family = top["family"][0][0]
+            dims = {d.split(".", 1)[1]: v for d, v in top.items() if d.startswith(family + ".")}
+            rows.append([bucket, problem.key, f"{family} ({top['family'][0][1]})",
+                         "; ".join(f"{d}: " + ", ".join(f"{v} ({p})" for v, p in vals) for d, vals in dims.items())])
+        lines += _table(["bucket", "problem", "family", "top values"], rows) + [""]
+    return lines or ["No rl run with a policy snapshot."]
+
+
+def counts(store: Store) -> list[str]:
+    """Compile and evaluation counts, failures by status with example reasons."""
+    compiles = store.query("SELECT ok, COUNT(*) AS n, SUM(seconds) AS s FROM compiles GROUP BY ok")
+    lines = ["Compiles: " + ", ".join(f"{'ok' if r['ok'] else 'failed'} {r['n']} ({r['s']:.0f} s)" for r in compiles),
+             ""]
+    status_rows = store.query("SELECT run_id, status, COUNT(*) AS n FROM evaluations GROUP BY run_id, status")
+    proposal_rows = store.query("SELECT run_id, status, COUNT(*) AS n FROM proposals WHERE status != '' "
+                                "GROUP BY run_id, status")
+    lines += _table(["run", "verdict", "count"], [[r["run_id"], r["status"], r["n"]] for r in status_rows] +
+                    [[r["run_id"], f"proposal {r['status']}", r["n"]] for r in proposal_rows])
+    lines += ["", "Failures by status (example reasons):", ""]
+    failures = store.query("SELECT status, reason FROM evaluations WHERE status != 'ok' UNION ALL "
+                           "SELECT status, reason FROM proposals WHERE status != ''")
+    by_status = collections.defaultdict(list)
+    for r in failures:
+        by_status[r["status"]].append(r["reason"])
+    for status, reasons in sorted(by_status.items()):
+        examples = "; ".join(sorted(set(x.splitlines()[0][:120] for x in reasons if x))[:EXAMPLE_REASONS])
+        lines.append(f"- {status}: {len(reasons)}" + (f" (e.g. {examples})" if examples else ""))
+    return lines
+
+
+def plots(store: Store, evaluations: dict[str, list], out: Path) -> list[str]:
+    """Writes the PNGs; their Markdown image lines."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policy_of = {r["id"]: r["policy"] for r in store.runs()}
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for rid, evs in evaluations.items():
+        best = best_within(evs)
+        keys = sorted(best, key=lambda k: math.prod(int(x) for x in k.split("_")[2:]))
+        ax.plot([math.log2(math.prod(int(x) for x in k.split("_")[2:])) for k in keys], [best[k] for k in keys],
+                "o", ms=3, label=f"{policy_of[rid]} {rid}")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set(xlabel="log2(M*N*K)", ylabel="best speedup vs cuBLASLt-autotune", title="Best speedup per shape")
+    ax.legend(fontsize=7)
+    fig.savefig(out / "best_speedup_per_shape.png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for rid, evs in evaluations.items():
+        rewards = [e["reward"] for e in evs]
+        window = max(1, len(rewards) // 20)
+        smooth = [sum(rewards[max(0, i - window):i + 1]) / len(rewards[max(0, i - window):i + 1])
+                  for i in range(len(rewards))]
+        ax1.plot(smooth, label=f"{policy_of[rid]} {rid}")
+        marks = sorted(set(range(0, len(evs), max(1, len(evs) // 40))) | {len(evs)})
+        ax2.plot(marks, [geomean(list(best_within(evs, n).values())) for n in marks], label=policy_of[rid])
+    ax1.set(xlabel="evaluation", ylabel="reward (moving mean)", title="Reward by policy")
+    ax2.set(xlabel="evaluation", ylabel="geomean best speedup (measured problems)", title="Best so far")
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=7)
+    fig.savefig(out / "reward_by_policy.png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return ["![best speedup per shape](best_speedup_per_shape.png)", "", "![reward by policy](reward_by_policy.png)"]
+
+
+def write_report(store: Store, out: Path) -> Path:
+    """Writes `out/report.md` and its plots; returns the Markdown's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    comparison, evaluations = policy_comparison(store)
+    run_rows = []
+    for r in store.runs():
+        evs = evaluations[r["id"]]
+        best = best_within(evs)
+        run_rows.append([r["id"], r["policy"], json.loads(r["environment"]).get("gpu_name", "?"), len(evs),
+                         f"{len(best)}/{len(store.run_problems(r['id']))}", f"{r['elapsed_s'] / 60:.1f}",
+                         _fmt(geomean(list(best.values()))), "yes" if r["finished"] else "no"])
+    best_rows = []
+    for rid, evs in evaluations.items():
+        best = best_within(evs)
+        for key in sorted(best, key=lambda k: -best[k])[:10] + sorted(best, key=lambda k: best[k])[:5]:
+            best_rows.append([rid, key, _fmt(best[key])])
+    lines = ["# Search report", "", f"Store: `{store.path}`", "", "## Runs", ""]
+    lines += _table(["run", "policy", "GPU", "evaluations", "problems measured", "minutes", "geomean best",
+                     "finished"], run_rows)
+    lines += ["", "## Policies at equal budget", ""] + comparison
+    lines += ["", "## Best speedup per shape", "", "The 10 best and 5 worst problems of each run:", ""]
+    lines += _table(["run", "problem", "best speedup"], best_rows)
+    lines += ["", "## Plots", ""] + plots(store, evaluations, out)
+    lines += ["", "## What the policy learned", ""] + learned(store)
+    lines += ["", "## Compiles, evaluations and failures", ""] + counts(store)
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
