@@ -12,6 +12,7 @@ of the events, and a re-check of the output after the timed loop; then the roofl
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -22,8 +23,11 @@ from search.candidate import CRASH, INCORRECT, OK, SUSPICIOUS, UNSUPPORTED, Cand
 from search.config import Knobs
 
 # Test hook, read only here: CUDAL2_EVAL_WORKER_SELFTEST=1 makes the worker evaluate without a GPU, crashing on a
-# candidate whose config is "selftest_crash" and hanging on "selftest_hang" (tests of the evaluator's isolation).
+# candidate whose config is "selftest_crash", hanging on "selftest_hang" and raising a CUDA-like error on
+# "selftest_error" (tests of the evaluator's isolation).
 SELFTEST_ENV = "CUDAL2_EVAL_WORKER_SELFTEST"
+# Set by the evaluator when it restarts a worker: the peak measured by the worker's first start (measured once).
+PEAK_ENV = "CUDAL2_EVAL_PEAK_TFLOPS"
 WALL_EVENT_RATIO = 1.5       # wall clock above this times the events' figure (plus host overhead): SUSPICIOUS
 ROOFLINE_MARGIN = 0.8        # faster than this fraction of the compute floor (2MNK / measured peak): SUSPICIOUS
 WALL_CALLS = 20              # eager calls of the wall-clock cross-check
@@ -36,6 +40,8 @@ def selftest_evaluate(request: dict) -> EvalResult:
         os.abort()
     if config == "selftest_hang":
         time.sleep(3600)
+    if config == "selftest_error":
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (self-test)")
     return EvalResult(OK, us=10.0, baseline_us=11.0, case_speedups=[1.1], gpu={"gpu_name": "selftest"})
 
 
@@ -56,7 +62,8 @@ class GpuEvaluator:
         self._time_call, self._perf_counter, self._synchronize = sweep.time_call, time.perf_counter, torch.cuda.synchronize
         self.environment = sweep.environment()
         self.environment["arch"] = self.environment["capability"][0] * 10 + self.environment["capability"][1]
-        self.peak_tflops = measure_env.measure_roofline()["peak_tflops"]
+        known_peak = os.environ.get(PEAK_ENV)
+        self.peak_tflops = float(known_peak) if known_peak else measure_env.measure_roofline()["peak_tflops"]
         self.environment["peak_tflops"] = self.peak_tflops
         self.loaded: set[str] = set()
 
@@ -94,7 +101,10 @@ class GpuEvaluator:
         try:
             impl(probe.a, probe.b, None, probe.out)
         except RuntimeError as exc:
+            if "returned status 1" not in str(exc):
+                raise
             return EvalResult(UNSUPPORTED, reason=str(exc)[-2000:])
+        self._synchronize()  # an asynchronous fault of the first launch surfaces here (a CRASH)
         failed = self._correctness(impl, problem, dtype)
         if failed:
             return EvalResult(INCORRECT, reason=failed)
@@ -137,20 +147,25 @@ class GpuEvaluator:
 
 
 def serve(evaluate, environment: dict, requests, replies) -> None:
-    """Answers each request line with one EvalResult line (a Python error while evaluating a candidate is a CRASH
-    verdict on it, with the error as the reason)."""
+    """Answers each request line with {"result": EvalResult, "restart": bool}. A Python error while evaluating a
+    candidate (a CUDA fault surfaces as one) is a CRASH verdict on it with the error as the reason; the worker then
+    stops, since its CUDA context may be unusable, and `restart` tells the parent to start a fresh one."""
     replies.write(json.dumps({"ready": True, "environment": environment}) + "\n")
     replies.flush()
     for line in requests:
         request = json.loads(line)
         start = time.monotonic()
+        failed = False
         try:
             result = evaluate(request)
         except Exception as exc:  # noqa: BLE001 (any error of one candidate is that candidate's verdict)
             result = EvalResult(CRASH, reason=f"evaluation error: {type(exc).__name__}: {exc}"[-2000:])
+            failed = True
         result.eval_s = time.monotonic() - start
-        replies.write(result.to_json() + "\n")
+        replies.write(json.dumps({"result": dataclasses.asdict(result), "restart": failed}) + "\n")
         replies.flush()
+        if failed:
+            return
 
 
 def main() -> None:

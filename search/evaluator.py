@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from search.candidate import CRASH, HANG, Candidate, EvalResult, Problem
+from search.eval_worker import PEAK_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 300.0   # torch import, CUDA context and the roofline measurement
@@ -50,6 +51,8 @@ class Worker:
 
     def start(self) -> None:
         env = {**os.environ, **self.extra_env, "CUDA_VISIBLE_DEVICES": self.gpu}
+        if "peak_tflops" in self.environment:
+            env[PEAK_ENV] = str(self.environment["peak_tflops"])
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "search.eval_worker"], cwd=REPO_ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=1)
@@ -89,7 +92,10 @@ class Worker:
                 self.start()
             self.proc.stdin.write(json.dumps(payload) + "\n")
             self.proc.stdin.flush()
-            return EvalResult.from_json(self._reply(timeout_s))
+            reply = json.loads(self._reply(timeout_s))
+            if reply["restart"]:
+                self.stop()
+            return EvalResult(**reply["result"])
         except BrokenPipeError:
             tail = self._stderr_tail()
             self.stop()

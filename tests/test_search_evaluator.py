@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from search.backends.local import LocalBackend
+import pytest
+
+from search.backends.local import LocalBackend, nvcc_archs
 from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, Candidate, Problem
 from search.eval_worker import SELFTEST_ENV
 from search.evaluator import EvaluatorPool
@@ -17,10 +19,11 @@ PROBLEM = Problem("nt", "fp16", 64, 4096, 4096)
 def test_crash_and_hang_kill_the_worker_not_the_run():
     pool = EvaluatorPool(["0"], timeout_s=3.0, extra_env=SELFTEST)
     try:
-        names = ["fine_a", "selftest_crash", "fine_b", "selftest_hang", "fine_c"]
+        names = ["fine_a", "selftest_crash", "fine_b", "selftest_hang", "fine_c", "selftest_error", "fine_d"]
         start = time.monotonic()
         results = pool.evaluate([(Candidate(config=n), PROBLEM, "/nonexistent.so") for n in names])
-        assert [r.status for r in results] == [OK, CRASH, OK, HANG, OK]
+        assert [r.status for r in results] == [OK, CRASH, OK, HANG, OK, CRASH, OK]
+        assert "illegal memory access" in results[5].reason
         assert "exited with status" in results[1].reason
         assert "no answer within 3 s" in results[3].reason and "killed" in results[3].reason
         assert results[0].gpu == {"gpu_name": "selftest"} and results[0].eval_s >= 0
@@ -46,7 +49,7 @@ def test_local_backend_evaluates_builds_from_a_carried_manifest(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"nvcc": "release 13.0", "archs": ["90a"], "builds": {
         "built": {"artifact": "built.so", "ok": True, "log": "built.log", "seconds": 1.0},
         "failed": {"artifact": "", "ok": False, "log": "failed.log", "seconds": 1.0}}}))
-    backend = LocalBackend(tmp_path, archs=["90a"], gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
+    backend = LocalBackend(tmp_path, arch=90, gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
     try:
         results = backend.evaluate([(Candidate(config="built"), PROBLEM), (Candidate(config="failed"), PROBLEM),
                                     (Candidate(config="never"), PROBLEM)])
@@ -55,3 +58,19 @@ def test_local_backend_evaluates_builds_from_a_carried_manifest(tmp_path):
         assert backend.environment()["gpu_name"] == "selftest"
     finally:
         backend.close()
+
+
+def test_compile_only_backend_starts_no_worker(tmp_path):
+    backend = LocalBackend(tmp_path, arch=80, compile_only=True)
+    env = backend.environment()
+    assert env["arch"] == 80 and env["compile_only"] and env["archs"] == ["80"]
+    with pytest.raises(RuntimeError, match="compile-only"):
+        backend.evaluate([(Candidate(config="x"), PROBLEM)])
+    assert backend._pool is None
+    backend.close()
+
+
+def test_arch_targets():
+    assert nvcc_archs(90) == ["90a"] and nvcc_archs(80) == ["80"] and nvcc_archs(89) == ["89"]
+    with pytest.raises(ValueError, match="sm80..sm90"):
+        nvcc_archs(100)

@@ -9,21 +9,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from build_tools import kernel_lib
 from search.backend import CompileOutcome
 from search.candidate import COMPILE_ERROR, Candidate, EvalResult, Problem
-from search.compile_farm import CompileFarm, artifact_paths
+from search.compile_farm import CompileFarm, artifact_paths, nvcc_banner
 from search.evaluator import EvaluatorPool
 
 
-class LocalBackend:
-    """Compiles with `jobs` nvcc processes for `archs` (default: TORCH_CUDA_ARCH_LIST or 8.0;9.0a) into `artifacts`
-    and evaluates on `gpus` (default: every visible GPU; workers start on the first evaluation)."""
+def nvcc_archs(arch: int) -> list[str]:
+    """The nvcc targets of a run on compute capability `arch` (90 -> ["90a"]: the sm90 families need sm_90a)."""
+    if arch == 90:
+        return ["90a"]
+    if arch // 10 in (8, 9):
+        return [str(arch)]
+    raise ValueError(f"unsupported arch sm{arch}; the kernel families target sm80..sm90")
 
-    def __init__(self, artifacts: Path, archs: list[str] | None = None, jobs: int | None = None,
+
+class LocalBackend:
+    """Compiles with `jobs` nvcc processes for compute capability `arch` (e.g. 90) into `artifacts` and evaluates
+    on `gpus` (default: every visible GPU; workers start on the first evaluation). With `compile_only` it never
+    starts a worker: `environment` reports the target arch only, and `evaluate` is refused."""
+
+    def __init__(self, artifacts: Path, arch: int = 90, compile_only: bool = False, jobs: int | None = None,
                  gpus: list[str] | None = None, timeout_s: float = 300.0, cases: int = 3,
                  worker_env: dict[str, str] | None = None):
-        self.farm = CompileFarm(Path(artifacts), archs or kernel_lib.parse_arch_list(None), jobs)
+        self.arch, self.compile_only = arch, compile_only
+        self.farm = CompileFarm(Path(artifacts), nvcc_archs(arch), jobs)
         self._gpus, self._timeout_s, self._cases, self._worker_env = gpus, timeout_s, cases, worker_env
         self._pool: EvaluatorPool | None = None
         self._failed: dict[str, str] = {}
@@ -44,6 +54,8 @@ class LocalBackend:
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
         """Verdicts in request order; a candidate without a successful build is a COMPILE_ERROR (the build log's
         tail, or "not compiled" when it was never built into this artifacts folder)."""
+        if self.compile_only:
+            raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
         libraries = artifact_paths(self.farm.artifacts)
         results: list[EvalResult | None] = [None] * len(requests)
         runnable = []
@@ -60,7 +72,9 @@ class LocalBackend:
         return results
 
     def environment(self) -> dict[str, Any]:
-        """The evaluating GPU's environment, from the first worker."""
+        """The evaluating GPU's environment, from the first worker (compile-only: the target arch and nvcc)."""
+        if self.compile_only:
+            return {"arch": self.arch, "compile_only": True, "nvcc": nvcc_banner(), "archs": self.farm.archs}
         return self.pool.environment()
 
     def close(self) -> None:
