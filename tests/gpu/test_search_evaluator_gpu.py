@@ -1,0 +1,53 @@
+"""The search's real evaluation path on a GPU: the compile farm builds a config and search-written C ABI kernels,
+the evaluator workers check and time them against cuBLASLt-autotune, and faulty or cheating kernels get their
+verdicts (INCORRECT, CRASH, HANG) without stopping the run.
+
+    python3 -m pytest -m gpu tests/gpu/test_search_evaluator_gpu.py
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from search.backends.local import LocalBackend
+from search.candidate import CRASH, HANG, INCORRECT, OK, Candidate, Problem
+from search_abi_kernels import naive_source
+
+CONFIG = "sm80_cute_fp16_nt_64x64x64_s3_w4"
+PROBLEM = Problem("nt", "fp16", 256, 256, 4096)   # exact sums reach past 2048: fp16 accumulation is caught
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    if kernel_toolchain_problem():
+        pytest.skip(kernel_toolchain_problem())
+    major, minor = torch.cuda.get_device_capability()
+    local = LocalBackend(tmp_path_factory.mktemp("artifacts"), arch=major * 10 + minor, timeout_s=60.0, gpus=["0"])
+    yield local
+    local.close()
+
+
+def kernel_toolchain_problem() -> str | None:
+    from build_tools import kernel_lib
+    return kernel_lib.toolchain_problem()
+
+
+def source(variant: str) -> Candidate:
+    return Candidate(source=naive_source(f"naive_{variant}", variant), source_name=f"naive_{variant}",
+                     provenance="test")
+
+
+def test_config_and_naive_kernels_get_their_verdicts(backend):
+    cands = [Candidate(config=CONFIG, provenance="test"), source("correct"), source("wrong"),
+             source("fp16acc_hidden"), source("trap"), source("hang"), Candidate(config=CONFIG, knobs=(0, 1, 0))]
+    outcomes = backend.compile(cands)
+    assert all(o.ok for o in outcomes.values()), {k: o.log[-500:] for k, o in outcomes.items() if not o.ok}
+    results = backend.evaluate([(c, PROBLEM) for c in cands])
+    statuses = [r.status for r in results]
+    assert statuses == [OK, OK, INCORRECT, INCORRECT, CRASH, HANG, OK], [(r.status, r.reason[:300]) for r in results]
+    config = results[0]
+    assert config.us > 0 and config.baseline_us > 0 and len(config.case_speedups) == 3
+    assert config.max_rel_err is not None and config.gpu["arch"] == backend.environment()["arch"]
+    assert results[1].speedup < config.speedup   # the naive SIMT kernel is slower than a CuTe tensor-core tile
+    assert results[3].reason.split(" check")[0] in ("random", "exact")
+    assert "no answer within 60 s" in results[5].reason
