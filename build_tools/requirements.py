@@ -14,7 +14,7 @@ from build_tools.kernel_lib import CUTLASS_PIN
 CORE = ["torch>=2.4", "numpy"]
 CUTLASS = f"nvidia-cutlass=={CUTLASS_PIN}"
 EXTRAS = {
-    "build": ["ninja", CUTLASS, "setuptools>=64"],
+    "build": ["ninja", CUTLASS, "setuptools>=64", "wheel"],  # wheel: bdist_wheel of setuptools < 70.1 (venvs)
     "bench": ["matplotlib", "tqdm"],
     "test": ["pytest", "hypothesis"],
     "llm": ["openai"],  # the search's LLM proposer
