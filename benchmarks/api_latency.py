@@ -2,13 +2,15 @@
 
 offline mode (docs/EVALUATION.md): host perf_counter around one call with a device synchronize before and after,
 fresh inputs written outside the timed region, implementations interleaved in shuffled order. Also: host time to
-issue a call (no synchronize; median over a loop), and `_C.time_dispatch`, the C++ decision alone (routing, table
-lookup, cuBLASLt plan lookup), in nanoseconds.
+issue a call (no synchronize; median over a loop), and the C++ decision alone (`_C.time_linear_stages`: routing,
+table lookup, cuBLASLt plan lookup), in nanoseconds.
 
 Entry points: the issue time of one decode-shaped linear (x [1, 4096], weight [4096, 4096], fp16) through every way
 a model reaches it, patched and not: the host cost that bounds an eager or compiled-without-graphs decode step.
-Routes: the issue time of the same call when the dispatcher launches its table kernel and when it goes to cuBLASLt
-(kernels switched off for that call), which is what a patched call that misses the table costs the host.
+Routes: per route (the dispatcher's table kernel, and cuBLASLt with table kernels switched off), the issue time of
+cudal2_ops.linear / matmul against F.linear / torch.matmul on the same problem, and where it goes: the Python wrapper,
+the binding entry (pybind), and in C++ the direct-call check, routing, the decision, the output allocation and the
+launch (`_C.time_linear_stages`; the launch is the C++ call less the other stages).
 
     python -m benchmarks.api_latency --out benchmarks/results/<gpu_slug>/api_latency.json
 """
@@ -68,7 +70,7 @@ def measure(shape: tuple[int, int, int], rng: random.Random) -> dict:
         "shape": list(shape),
         "offline_us": {name: offline[name] for name in calls},
         "issue_us": issue_us(calls),
-        "dispatch_ns": _C.time_dispatch(a, b, 100000),
+        "dispatch_ns": dispatch_ns(a, b.t()),
         "path": cudal2_ops.explain(a, b).get("kernel") or cudal2_ops.explain(a, b)["path"],
     }
 
@@ -110,33 +112,66 @@ def entry_points(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
     return {"shape": list(shape), "dtype": "fp16", "issue_us": times}
 
 
+def dispatch_ns(x: torch.Tensor, weight: torch.Tensor) -> float:
+    """Host ns of the C++ decision of one call (routing, table lookup or cuBLASLt plan, workspace)."""
+    stages = _C.time_linear_stages(x, weight, 100)
+    return stages["route"] + stages["decide"]
+
+
+def linear_stages_us(x: torch.Tensor, weight: torch.Tensor, batches: int = 20, per_batch: int = 100) -> dict:
+    """Median over `batches` of the host time (us) per call of each stage of the C++ linear entry; each batch of
+    `per_batch` calls starts on an idle GPU, so the launches issue without waiting for queue space."""
+    samples: dict[str, list[float]] = {}
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        for stage, ns in _C.time_linear_stages(x, weight, per_batch).items():
+            samples.setdefault(stage, []).append(ns / 1e3)
+    torch.cuda.synchronize()
+    return {stage: statistics.median(values) for stage, values in samples.items()}
+
+
+def breakdown(issue: dict[str, float], stages: dict[str, float]) -> dict[str, float]:
+    """Where one cudal2_ops.linear issue goes (us): Python wrapper (the public function less `_C.linear`), binding
+    entry (`_C.linear` less the C++ call), and the C++ stages, the launch being the C++ call less the others."""
+    in_cpp = stages["direct_check"] + stages["route"] + stages["decide"] + stages["allocate"]
+    return {"python wrapper": issue["cudal2_ops.linear"] - issue["_C.linear"],
+            "binding entry": issue["_C.linear"] - stages["call"],
+            "direct-call check": stages["direct_check"], "routing": stages["route"], "decision": stages["decide"],
+            "allocation": stages["allocate"], "launch": stages["call"] - in_cpp}
+
+
 def route_costs(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
-    """Issue time (us) of `_C.linear_out` on one fp16 problem through the table kernel and through cuBLASLt. Both calls
-    set the dispatcher's config first (kernels on or off), so both pay that; the config is restored after."""
+    """Per route (table kernel; cuBLASLt, table kernels switched off), the issue time (us) of cudal2's linear and
+    matmul against torch's on one fp16 problem (weight [N, K]; matmul takes its transposed view, as x @ w.t()), and
+    the breakdown of cudal2_ops.linear. The dispatcher's config is set once per route and restored after."""
     m, n, k = shape
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     w = torch.randn(n, k, device="cuda", dtype=torch.float16)
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    calls = {
+        "cudal2_ops.linear": lambda: cudal2_ops.linear(x, w),
+        "F.linear": lambda: F.linear(x, w),
+        "cudal2_ops.matmul": lambda: cudal2_ops.matmul(x, w.t()),
+        "torch.matmul": lambda: torch.matmul(x, w.t()),
+        "_C.linear": lambda: _C.linear(x, w),
+        "_C.linear_out": lambda: _C.linear_out(x, w, out=out),
+    }
     config = _C.get_config()
-    routes = {}
-
-    def via(kernels_enabled: bool):
-        def call():
-            _C.set_config(kernels_enabled, *config[1:])
-            _C.linear_out(x, w, out=out)
-        _C.set_config(kernels_enabled, *config[1:])
-        routes[kernels_enabled] = cudal2_ops.explain(x, w, layout="nt")
-        call()  # warm-up: cuBLASLt plan, params cache
-        return call
-
+    result = {"shape": list(shape), "dtype": "fp16", "routes": {}}
     try:
-        calls = {"table kernel": via(True), "cuBLASLt": via(False)}
-        times = issue_us(calls)
+        for route, kernels_enabled in (("table kernel", True), ("cuBLASLt", False)):
+            _C.set_config(kernels_enabled, *config[1:])
+            info = cudal2_ops.explain(x, w, layout="nt")
+            for call in calls.values():  # warm-up: cuBLASLt plan, params cache
+                call()
+            with torch.no_grad():
+                issue = issue_us(calls)
+            stages = linear_stages_us(x, w)
+            result["routes"][route] = {"path": info.get("kernel") or info["path"], "issue_us": issue,
+                                       "cpp_stages_us": stages, "breakdown_us": breakdown(issue, stages)}
     finally:
         _C.set_config(*config)
-    return {"shape": list(shape), "dtype": "fp16", "issue_us": times,
-            "paths": {"table kernel": routes[True].get("kernel") or routes[True]["path"],
-                      "cuBLASLt": routes[False].get("kernel") or routes[False]["path"]}}
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,9 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     entries = doc["entry_points"]
     print(f"issue time of one linear {entries['shape']}: "
           + ", ".join(f"{name} {us:.2f} us" for name, us in entries["issue_us"].items()))
-    routes = doc["routes"]
-    print(f"issue time of _C.linear_out {routes['shape']} by route: "
-          + ", ".join(f"{name} {us:.2f} us ({routes['paths'][name]})" for name, us in routes["issue_us"].items()))
+    for route, row in doc["routes"]["routes"].items():
+        issue = row["issue_us"]
+        print(f"{route} ({row['path']}), {doc['routes']['shape']}: linear {issue['cudal2_ops.linear']:.2f} us vs "
+              f"F.linear {issue['F.linear']:.2f} us; matmul {issue['cudal2_ops.matmul']:.2f} us vs torch.matmul "
+              f"{issue['torch.matmul']:.2f} us; breakdown: "
+              + ", ".join(f"{name} {us:.2f}" for name, us in row["breakdown_us"].items()))
     return 0
 
 

@@ -2,7 +2,9 @@
 // compiled graphs, which call the ops through the dispatcher) pay no Python on the way.
 //
 // Backward (a [..., K], b [K, N]; weight [N, K]): grad_a = grad @ b^T and grad_x = grad @ weight run through
-// cudal2.matmul (the transposed operands route to the NT/NN paths); the b, weight and bias gradients run through torch.
+// cudal2.matmul (the transposed operands route to the NT/NN paths); the b, weight and bias gradients run through torch
+// (the bias gradient summed to the bias's own shape, for any bias F.linear broadcasts).
+#include <ATen/ExpandUtils.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
@@ -51,7 +53,9 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias) {
     ctx->save_for_backward({x, weight});
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    const bool has_bias = bias.has_value() && bias->defined();
+    ctx->saved_data["has_bias"] = has_bias;
+    if (has_bias) ctx->saved_data["bias_sizes"] = bias->sizes();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return linear_op().call(x, weight, bias);
   }
@@ -62,7 +66,9 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     at::Tensor grad_x, grad_w, grad_bias;
     if (ctx->needs_input_grad(0)) grad_x = matmul_op().call(grad, weight);  // [.., N] @ [N, K]: an NN GEMM
     if (ctx->needs_input_grad(1)) grad_w = at::matmul(rows(grad).t(), rows(x));
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) grad_bias = rows(grad).sum(0);
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      grad_bias = at::sum_to(grad, ctx->saved_data["bias_sizes"].toIntVector());
+    }
     return {grad_x, grad_w, grad_bias};
   }
 };

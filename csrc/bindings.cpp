@@ -1,7 +1,7 @@
 // Python bindings of the extension `cudal2_ops._C`: op registration (torch.ops.cudal2.*), the eager fast path,
 // kernel libraries, tables, configuration, introspection and low-level entry points for tests and benchmarks.
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/record_function.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 #include <torch/library.h>
@@ -11,6 +11,7 @@
 #include "baselines_cublas.h"
 #include "cublaslt_gemm.h"
 #include "dispatch.h"
+#include "eager_entry.h"
 #include "gemm_ops.h"
 #include "gemm_route.h"
 #include "kernel_registry.h"
@@ -18,52 +19,12 @@
 namespace cudal2 {
 namespace {
 
-// explain() and time_dispatch() decide for a call whose output is not allocated yet: they stand in this address for
+// explain() and time_linear_stages() decide for a call whose output is not allocated yet: they stand in this address for
 // the fresh [M, N] output the call would allocate (16-byte aligned, ldd = N). Kernels' can_implement never
 // dereferences it.
 void assume_fresh_output(GemmArgs& g) {
   g.d = reinterpret_cast<void*>(uintptr_t{4096});
   g.ldd = g.n;
-}
-
-bool needs_grad(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias) {
-  return at::GradMode::is_enabled() &&
-         (a.requires_grad() || b.requires_grad() || (bias.has_value() && bias->defined() && bias->requires_grad()));
-}
-
-// The eager entries of cudal2_ops.linear / matmul: the registered ops called through the dispatcher, below autograd
-// when no gradient is needed (the autograd kernel is Python, microseconds per call), so tensor subclasses and
-// dispatch modes still see every call.
-at::Tensor linear_entry(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("cudal2::linear", "").typed<at::Tensor(
-      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
-  if (needs_grad(x, weight, bias)) return op.call(x, weight, bias);
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x, weight, bias);
-}
-
-at::Tensor matmul_entry(const at::Tensor& a, const at::Tensor& b) {
-  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("cudal2::matmul", "").typed<at::Tensor(
-      const at::Tensor&, const at::Tensor&)>();
-  if (needs_grad(a, b, std::nullopt)) return op.call(a, b);
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(a, b);
-}
-
-at::Tensor matmul_out_entry(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("cudal2::matmul", "out").typed<at::Tensor&(
-      const at::Tensor&, const at::Tensor&, at::Tensor&)>();
-  if (needs_grad(a, b, std::nullopt)) return op.call(a, b, out);  // autograd rejects out= as torch does
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(a, b, out);
-}
-
-// What compiled code calls for cudal2::linear (cudal2_ops/inductor_lowering.py) into the output Inductor allocated.
-// Compiled graphs run below autograd, so this skips the dispatcher; the profiler still records it as cudal2::linear.
-at::Tensor& linear_out_entry(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                             at::Tensor& out) {
-  RECORD_FUNCTION("cudal2::linear", std::vector<c10::IValue>({x, weight}));
-  return linear_out(x, weight, bias, out);
 }
 
 cudal2_layout parse_layout(const std::string& layout) {
@@ -75,15 +36,14 @@ cudal2_layout parse_layout(const std::string& layout) {
 // Routes (a, b in `layout`, bias) into `out` for the low-level entry points, which accept only routable tensors.
 Route route_low_level(const char* what, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
                       const at::Tensor& out, const std::string& layout) {
-  const at::Tensor b_kn = parse_layout(layout) == CUDAL2_NT ? b.t() : b;
-  const at::Tensor* bias_ptr = bias_or_null(bias);
-  check_gemm_inputs(what, a, b_kn, bias_ptr);
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b_kn.size(0), what, ": need a [M, K] and b [K, N] (nn) "
+  const RightOperand b_op{b, parse_layout(layout) == CUDAL2_NT};
+  check_same_device_and_dtype(what, "a", a, "b", b);
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b_op.k(), what, ": need a [M, K] and b [K, N] (nn) "
               "or [N, K] (nt); got ", a.sizes(), " and ", b.sizes(), " with layout ", layout);
-  TORCH_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b_kn.size(1) &&
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b_op.n() &&
               out.scalar_type() == a.scalar_type() && out.device() == a.device(), what, ": out must be [M, N] = [",
-              a.size(0), ", ", b_kn.size(1), "] of dtype ", a.scalar_type(), " on ", a.device(), ", got ", out.sizes());
-  Route route = route_gemm(a, b_kn, bias_ptr, &out);
+              a.size(0), ", ", b_op.n(), "] of dtype ", a.scalar_type(), " on ", a.device(), ", got ", out.sizes());
+  Route route = route_gemm(a, b_op, bias_or_null(bias), &out);
   TORCH_CHECK(route.ours, what, ": these tensors cannot take the tuned path: ", route.torch_reason);
   return route;
 }
@@ -115,19 +75,40 @@ void run_kernel(const std::string& name, const at::Tensor& a, const at::Tensor& 
               " for M=", g.m, " N=", g.n, " K=", g.k, " (1 unsupported, 2 workspace, 3 launch failed, 4 bad argument)");
 }
 
-// Which path a call would take, and why (no GPU work except cuBLASLt's host-side heuristic query).
-pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::optional<at::Tensor>& bias) {
+// Which path a call would take, and why (no GPU work except cuBLASLt's host-side heuristic query). Validates the
+// operands as the call would: what torch rejects for every input raises the call's error.
+pybind11::dict explain(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
+                       const std::string& layout) {
   pybind11::dict out;
+  const RightOperand b_op{b, parse_layout(layout) == CUDAL2_NT};
+  const char* op = b_op.nk ? "cudal2.linear" : "cudal2.matmul";
+  check_same_device_and_dtype(op, "a", a, "b", b);
+  if (a.dim() >= 2 && b.dim() == 2) {
+    TORCH_CHECK(a.size(-1) == b_op.k(), op, ": a ", a.sizes(), " has K=", a.size(-1), " but b ", b.sizes(), " has K=",
+                b_op.k(), " (layout '", layout, "': b is ", b_op.nk ? "[N, K])" : "[K, N])");
+  }
   const at::Tensor* bias_ptr = bias_or_null(bias);
+  at::Tensor fused_bias;
+  if (bias_ptr != nullptr && b.dim() == 2) {
+    if (classify_bias(bias_ptr, a, b_op.n()) == BiasForm::kTorch) {
+      out["path"] = "torch";
+      out["reason"] = c10::str("bias ", bias_ptr->sizes(), " (", bias_ptr->scalar_type(), ", ", bias_ptr->device(),
+                               ") is not fused (fused: [N], [1, N], [1] or 0-d of the input's dtype and device); "
+                               "torch broadcasts it");
+      return out;
+    }
+    fused_bias = fused_bias_vector(*bias_ptr, b_op.n());
+    bias_ptr = &fused_bias;
+  }
   c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  std::vector<at::Tensor> operands;
-  Route route = route_or_copy(a, b_kn, bias_ptr, operands);
+  RoutedOperands operands;
+  Route route = route_or_copy(a, b_op, bias_ptr, operands);
   if (!route.ours) {
     out["path"] = "torch";
     out["reason"] = route.torch_reason;
     return out;
   }
-  out["copies_operands"] = !operands[0].is_same(a) || !operands[1].is_same(b_kn);
+  out["copies_operands"] = !operands.a.is_same(a) || !operands.b.is_same(b);
   GemmArgs& g = route.args;
   assume_fresh_output(g);
   out["layout"] = g.layout == CUDAL2_NT ? "nt" : "nn";
@@ -159,21 +140,39 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b_kn, const std::o
   return out;
 }
 
-// Nanoseconds per dispatch decision as a call makes it (route, table lookup, cuBLASLt plan lookup, workspace), no GPU
-// work.
-double time_dispatch(const at::Tensor& a, const at::Tensor& b_kn, int iters) {
-  c10::cuda::CUDAGuard guard(a.device());
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) {
-    Route route = route_gemm(a, b_kn, nullptr, nullptr);
-    TORCH_CHECK(route.ours, "time_dispatch: tensors cannot take the tuned path: ", route.torch_reason);
-    assume_fresh_output(route.args);
-    const Decision d = Dispatcher::instance().decide(route.args);
-    if (d.path == Path::kCublasLt) (void)CublasLtGemm::instance().plan(route.args);
-    (void)workspace_for(route.args.device, route.args.stream);
-  }
-  const auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double, std::nano>(t1 - t0).count() / std::max(iters, 1);
+// Host nanoseconds per call of each stage of an eager linear (no bias) as `linear_entry` runs it, averaged over
+// `iters` calls of each stage alone: `direct_check` (may the call skip the dispatcher), `route` (validation, strides,
+// alignment), `decide` (table lookup or cuBLASLt plan, workspace), `allocate` (the output), and `call` (the whole C++
+// entry, launch included). `call` minus the others is the launch; Python's cost is what a Python-level timing adds.
+pybind11::dict time_linear_stages(const at::Tensor& x, const at::Tensor& weight, int iters) {
+  c10::cuda::CUDAGuard guard(x.device());
+  const RightOperand w{weight, true};
+  RoutedOperands operands;
+  Route route = route_or_copy(x, w, nullptr, operands);
+  TORCH_CHECK(route.ours, "time_linear_stages: tensors cannot take the tuned path: ", route.torch_reason);
+  TORCH_CHECK(operands.a.is_same(x) && operands.b.is_same(weight), "time_linear_stages: operands need staging "
+              "copies; pass contiguous, 16-byte aligned tensors");
+  const auto per_call_ns = [iters](auto&& stage) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) stage();
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+           std::max(iters, 1);
+  };
+  pybind11::dict out;
+  out["direct_check"] = per_call_ns([&] { (void)direct_call_allowed(x, weight, nullptr); });
+  out["route"] = per_call_ns([&] { (void)route_or_copy(x, w, nullptr, operands); });
+  out["decide"] = per_call_ns([&] {
+    GemmArgs g = route.args;
+    assume_fresh_output(g);
+    const Decision d = Dispatcher::instance().decide(g);
+    if (d.path == Path::kCublasLt) (void)CublasLtGemm::instance().plan(g);
+    (void)workspace_for(g.device, g.stream);
+  });
+  out["allocate"] = per_call_ns([&] {
+    (void)at::detail::empty_cuda({route.args.m, route.args.n}, x.scalar_type(), x.device(), std::nullopt);
+  });
+  out["call"] = per_call_ns([&] { (void)linear_entry(x, weight, std::nullopt); });
+  return out;
 }
 
 // entries: (layout, dtype, m, n, k, kernel name, splits, swizzle, raster). Returns the names of kernels not loaded.
@@ -237,10 +236,16 @@ TORCH_LIBRARY_IMPL(cudal2, CUDA, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace cudal2;
   m.doc() = "cudal2 compiled extension: dispatcher, cuBLASLt fallback, kernel registry";
-  m.def("matmul", &matmul_entry, "cudal2.matmul for eager calls (autograd only when a gradient is needed).");
+  m.def("matmul", &matmul_entry, pybind11::arg("a"), pybind11::arg("b"),
+        "cudal2.matmul for eager calls (the op's kernel directly unless the dispatcher must see the call).");
   m.def("matmul_out", &matmul_out_entry, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("out"),
         "cudal2.matmul(a, b, out=out) for eager and compiled calls.");
-  m.def("linear", &linear_entry, "cudal2.linear for eager calls (autograd only when a gradient is needed).");
+  m.def("linear", &linear_entry, pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("bias") = pybind11::none(),
+        "cudal2.linear for eager calls (the op's kernel directly unless the dispatcher must see the call).");
+  m.def("direct_call_allowed", [](const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias) {
+    return direct_call_allowed(a, b, bias_or_null(bias));
+  }, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("bias") = pybind11::none(),
+        "Whether _C.matmul/linear would skip the dispatcher for these tensors in the current thread state.");
   m.def("linear_out", &linear_out_entry, pybind11::arg("x"), pybind11::arg("weight"),
         pybind11::arg("bias") = pybind11::none(), pybind11::kw_only(), pybind11::arg("out"),
         "cudal2.linear into out= for compiled code (below autograd).");
@@ -270,8 +275,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     const DispatchConfig c = Dispatcher::instance().config();
     return std::make_tuple(c.kernels_enabled, c.tuning, c.print_configs);
   });
-  m.def("explain", &explain);
-  m.def("time_dispatch", &time_dispatch);
+  m.def("explain", &explain, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("bias"), pybind11::arg("layout"));
+  m.def("time_linear_stages", &time_linear_stages, pybind11::arg("x"), pybind11::arg("weight"),
+        pybind11::arg("iters"), "Host ns per call of each stage of an eager linear (benchmarks.api_latency).");
   m.def("cublaslt_matmul", &cublaslt_matmul, "cuBLASLt with the top heuristic or the autotuned algorithm.");
   m.def("run_kernel", &run_kernel, "Runs one loaded kernel by name (tests, search).");
   m.def("tuned_records", [] {

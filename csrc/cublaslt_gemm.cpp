@@ -3,6 +3,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -49,6 +50,17 @@ int split_k_of(const cublasLtMatmulAlgo_t& algo) {
   int32_t split_k = 1;
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), nullptr);
   return split_k;
+}
+
+// The calling thread's cuBLASLt handle for `device` (the current device in every caller). torch's pool leases one per
+// (thread, device) for the thread's lifetime, so it is looked up once per thread instead of per call (torch's lookup
+// queries the current device and a map).
+cublasLtHandle_t lt_handle(int device) {
+  constexpr int kMaxDevices = 64;
+  thread_local std::array<cublasLtHandle_t, kMaxDevices> handles{};
+  if (device < 0 || device >= kMaxDevices) return at::cuda::getCurrentCUDABlasLtHandle();
+  if (handles[device] == nullptr) handles[device] = at::cuda::getCurrentCUDABlasLtHandle();
+  return handles[device];
 }
 
 }  // namespace
@@ -168,7 +180,7 @@ cublasStatus_t lt_matmul(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAl
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias));
   }
   const float alpha = 1.f, beta = 0.f;
-  return cublasLtMatmul(at::cuda::getCurrentCUDABlasLtHandle(), plan.desc, &alpha, g.b, plan.layout_a, g.a,
+  return cublasLtMatmul(lt_handle(g.device), plan.desc, &alpha, g.b, plan.layout_a, g.a,
                         plan.layout_b, &beta, g.d, plan.layout_d, g.d, plan.layout_d, &algo, ws.ptr, ws.bytes,
                         g.stream);
 }

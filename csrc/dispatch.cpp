@@ -68,6 +68,7 @@ void Dispatcher::set_table(int device, const std::vector<std::pair<ShapeKey, Tab
   tables_[device].store(t.get(), std::memory_order_release);
   retired_.push_back(std::move(t));
   logged_.clear();
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 size_t Dispatcher::table_size(int device) const {
@@ -106,6 +107,7 @@ void Dispatcher::set_config(const DispatchConfig& config) {
   print_configs_ = config.print_configs;
   std::lock_guard<std::mutex> lock(mutex_);
   logged_.clear();
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 DispatchConfig Dispatcher::config() const {
@@ -181,10 +183,29 @@ void Dispatcher::log_once(const GemmArgs& g, const Decision& d) {
 }
 
 bool Dispatcher::run(const GemmArgs& g) {
-  const Decision d = decide(g);
+  // A decision depends on the table, the config and what lt_plan_key holds (shape, strides, dtype, layout, bias,
+  // pointer alignments up to 16 bytes, device): everything a kernel's can_implement reads. A thread's repeated calls
+  // of one problem (a model's steady state) reuse its last decision, skipping the table lookup and the kernel's
+  // can_implement / workspace queries.
+  struct CachedDecision {
+    LtPlanKey key{-1};
+    uint64_t generation = 0;
+    Decision decision;
+    int sm_count = 0;
+  };
+  thread_local CachedDecision last;
+  const LtPlanKey key = lt_plan_key(g);
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  if (!(key == last.key && generation == last.generation)) {
+    last.decision = decide(g);  // may load the table, which bumps the generation: cached under the one read before
+    last.sm_count = device_info(g.device).sm_count;
+    last.key = key;
+    last.generation = generation;
+  }
+  const Decision& d = last.decision;
   const Workspace ws = workspace_for(g.device, g.stream);
   if (d.path == Path::kKernel) {
-    const cudal2_problem p = make_problem(g, d.entry, ws, device_info(g.device).sm_count);
+    const cudal2_problem p = make_problem(g, d.entry, ws, last.sm_count);
     if (d.entry.kernel->launch(&p) == CUDAL2_OK) return true;
     cudaGetLastError();  // clear a failed launch and fall back
   }

@@ -53,7 +53,8 @@ class Dispatcher {
 
   Decision decide(const GemmArgs& g);
 
-  // Runs g on g.stream; false when neither a kernel nor cuBLASLt can (the caller then uses torch).
+  // Runs g on g.stream; false when neither a kernel nor cuBLASLt can (the caller then uses torch). A thread's
+  // repeated calls of one problem reuse its last decision (see run()).
   bool run(const GemmArgs& g);
 
  private:
@@ -88,6 +89,7 @@ class Dispatcher {
   std::function<void(int)> table_loader_;
   std::unordered_map<int, bool> table_requested_;
   std::atomic<uint64_t> requested_mask_{0};  // lock-free "already requested" for devices 0..63
+  std::atomic<uint64_t> generation_{0};       // bumped by every table or config change: cached decisions expire
 };
 
 // The problem descriptor a table kernel receives for g with the entry's knobs.

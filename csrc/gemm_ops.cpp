@@ -1,8 +1,11 @@
-// GEMM entry points: validate, route, dispatch; torch runs whatever the dispatcher cannot.
+// GEMM entry points: validate, route, dispatch; torch runs whatever the dispatcher cannot, with torch's own semantics.
 #include "gemm_ops.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include <typeinfo>
 
 #include "dispatch.h"
 #include "gemm_route.h"
@@ -10,10 +13,15 @@
 namespace cudal2 {
 namespace {
 
-std::vector<int64_t> output_sizes(const at::Tensor& a, int64_t n) {
-  std::vector<int64_t> sizes(a.sizes().begin(), a.sizes().end());
+at::DimVector output_sizes(const at::Tensor& a, int64_t n) {
+  at::DimVector sizes(a.sizes());
   sizes.back() = n;
   return sizes;
+}
+
+// The [..., N] output of a routed call, allocated once (straight from the CUDA caching allocator, no dispatch).
+at::Tensor empty_output(const at::Tensor& a, int64_t n) {
+  return at::detail::empty_cuda(output_sizes(a, n), a.scalar_type(), a.device(), std::nullopt);
 }
 
 // Dispatches a routed call into `out` (contiguous, [..., N]). False: the caller must run torch instead.
@@ -34,70 +42,108 @@ bool takes_tuned_path(const at::Tensor& t) {
   return t.is_cuda() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
 }
 
+std::string describe(const char* name, const at::Tensor* t) {
+  if (t == nullptr) return std::string(name) + " None";
+  return c10::str(name, " ", t->sizes(), " (", t->scalar_type(), ", ", t->device(), ")");
+}
+
+// Runs torch's own op for a call cudal2 hands over. Where torch rejects the inputs with a plain RuntimeError, the
+// message gains the call's operands and what cudal2 supports; torch's other error classes pass unchanged, so every
+// call raises what torch raises.
+template <typename TorchCall>
+decltype(auto) run_torch(const char* op, const char* a_name, const at::Tensor& a, const char* b_name,
+                         const at::Tensor& b, const at::Tensor* bias, TorchCall&& call) {
+  try {
+    return call();
+  } catch (const c10::Error& e) {
+    if (typeid(e) != typeid(c10::Error)) throw;
+    TORCH_CHECK(false, op, ": torch rejects ", describe(a_name, &a), ", ", describe(b_name, &b),
+                bias != nullptr ? ", " + describe("bias", bias) : std::string(), " (cudal2 accepts what torch accepts; "
+                "tuned path: CUDA float16/bfloat16, a [..., K] with b [K, N] or weight [N, K], bias [N], [1, N], [1] "
+                "or 0-d): ", e.what_without_backtrace());
+  }
+}
+
+void check_inner_dims(const char* op, const at::Tensor& a, RightOperand b) {
+  TORCH_CHECK(a.size(-1) == b.k(), op, ": ", b.nk ? "input " : "a ", a.sizes(), " has ", a.size(-1), " features "
+              "(last dim) but ", b.nk ? "weight " : "b ", b.t.sizes(), " expects K=", b.k(),
+              b.nk ? " (weight is [N, K])" : " (b is [K, N]); they cannot be multiplied");
+}
+
 }  // namespace
 
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
-  if (a.dim() < 2 || b.dim() != 2) return at::matmul(a, b);
-  check_gemm_inputs("cudal2.matmul", a, b, nullptr);
-  TORCH_CHECK(a.size(-1) == b.size(0), "cudal2.matmul: shapes ", a.sizes(), " and ", b.sizes(),
-              " cannot be multiplied (a's last dim ", a.size(-1), " must equal b's first dim ", b.size(0), ")");
-  c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  std::vector<at::Tensor> copies;
-  Route route = route_or_copy(a, b, nullptr, copies);
-  if (!route.ours) return at::matmul(a, b);
-  at::Tensor out = at::empty(output_sizes(a, route.args.n), a.options());
+  const auto torch_matmul = [&] { return run_torch("cudal2.matmul", "a", a, "b", b, nullptr, [&] {
+    return at::matmul(a, b); }); };
+  if (a.dim() < 2 || b.dim() != 2) return torch_matmul();
+  check_same_device_and_dtype("cudal2.matmul", "a", a, "b", b);
+  check_inner_dims("cudal2.matmul", a, RightOperand{b, false});
+  if (!takes_tuned_path(a)) return torch_matmul();
+  c10::cuda::CUDAGuard guard(a.device());
+  RoutedOperands operands;
+  Route route = route_or_copy(a, RightOperand{b, false}, nullptr, operands);
+  if (!route.ours) return torch_matmul();
+  at::Tensor out = empty_output(a, route.args.n);
   if (dispatch_into(route, out)) return out;
   warn_torch_runs(route.args);
-  return at::matmul(a, b);
+  return torch_matmul();
 }
 
 at::Tensor& matmul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  const auto torch_matmul_out = [&]() -> at::Tensor& { return run_torch("cudal2.matmul", "a", a, "b", b, nullptr,
+      [&]() -> at::Tensor& { return at::matmul_out(out, a, b); }); };
   const bool fits = a.dim() >= 2 && b.dim() == 2 && takes_tuned_path(a) && out.device() == a.device() &&
                     out.scalar_type() == a.scalar_type() && a.size(-1) == b.size(0) &&
                     out.sizes() == c10::IntArrayRef(output_sizes(a, b.size(1))) &&
                     // An out sharing memory with an input, or with itself, is torch's to handle (or reject).
                     !out.is_alias_of(a) && !out.is_alias_of(b) && at::has_internal_overlap(out) != at::MemOverlap::Yes;
-  if (!fits) return at::matmul_out(out, a, b);  // torch's own checks, resizing and errors
+  if (!fits) return torch_matmul_out();  // torch's own checks, resizing and errors
   if (output_misaligned(out)) return out.copy_(cudal2::matmul(a, b));  // the aligned path, then one copy
-  check_gemm_inputs("cudal2.matmul", a, b, nullptr);
-  c10::cuda::OptionalCUDAGuard guard(a.is_cuda() ? std::optional<c10::Device>(a.device()) : std::nullopt);
-  std::vector<at::Tensor> copies;
-  Route route = route_or_copy(a, b, nullptr, copies);
-  if (!route.ours) return at::matmul_out(out, a, b);
+  check_same_device_and_dtype("cudal2.matmul", "a", a, "b", b);
+  c10::cuda::CUDAGuard guard(a.device());
+  RoutedOperands operands;
+  Route route = route_or_copy(a, RightOperand{b, false}, nullptr, operands);
+  if (!route.ours) return torch_matmul_out();
   if (!dispatch_into(route, out)) {
     warn_torch_runs(route.args);
-    return at::matmul_out(out, a, b);
+    return torch_matmul_out();
   }
   return out;
 }
 
 namespace {
 
-// F.linear's shape checks for a routable call (x [..., K] with x.dim() >= 2, weight [N, K], bias [N] or none).
-void check_linear_inputs(const at::Tensor& x, const at::Tensor& weight, const at::Tensor* bias) {
-  check_gemm_inputs("cudal2.linear", x, weight, bias);
-  TORCH_CHECK(x.size(-1) == weight.size(1), "cudal2.linear: input ", x.sizes(), " has ", x.size(-1),
-              " features but weight ", weight.sizes(), " expects ", weight.size(1), " (weight is [N, K])");
-  if (bias != nullptr) {
-    TORCH_CHECK(bias->numel() == weight.size(0), "cudal2.linear: bias has ", bias->numel(),
-                " elements but weight ", weight.sizes(), " has N=", weight.size(0), " outputs");
-  }
+// A linear the tuned path takes (CUDA fp16/bf16, x [..., K], weight [N, K], bias absent or fused), routed; or a Route
+// that is not ours when torch must run it. `operands` keeps what the GEMM reads alive.
+Route route_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor* bias, RoutedOperands& operands) {
+  Route not_ours;
+  if (x.dim() < 2 || weight.dim() != 2) return not_ours;
+  check_same_device_and_dtype("cudal2.linear", "input", x, "weight", weight);
+  check_inner_dims("cudal2.linear", x, RightOperand{weight, true});
+  const int64_t n = weight.size(0);
+  const BiasForm form = classify_bias(bias, x, n);
+  if (!takes_tuned_path(x) || form == BiasForm::kTorch) return not_ours;
+  if (form == BiasForm::kNone) return route_or_copy(x, RightOperand{weight, true}, nullptr, operands);
+  const at::Tensor vector = fused_bias_vector(*bias, n);
+  return route_or_copy(x, RightOperand{weight, true}, &vector, operands);
+}
+
+at::Tensor torch_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  return run_torch("cudal2.linear", "input", x, "weight", weight, bias_or_null(bias),
+                   [&] { return at::linear(x, weight, bias); });
 }
 
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  if (x.dim() < 2 || weight.dim() != 2) return at::linear(x, weight, bias);
-  const at::Tensor* bias_ptr = bias_or_null(bias);
-  check_linear_inputs(x, weight, bias_ptr);
   c10::cuda::OptionalCUDAGuard guard(x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt);
-  std::vector<at::Tensor> copies;
-  Route route = route_or_copy(x, weight.t(), bias_ptr, copies);
-  if (!route.ours) return at::linear(x, weight, bias);
-  at::Tensor out = at::empty(output_sizes(x, route.args.n), x.options());
+  RoutedOperands operands;
+  Route route = route_linear(x, weight, bias_or_null(bias), operands);
+  if (!route.ours) return torch_linear(x, weight, bias);
+  at::Tensor out = empty_output(x, route.args.n);
   if (dispatch_into(route, out)) return out;
   warn_torch_runs(route.args);
-  return at::linear(x, weight, bias);
+  return torch_linear(x, weight, bias);
 }
 
 at::Tensor& linear_out(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -108,13 +154,12 @@ at::Tensor& linear_out(const at::Tensor& x, const at::Tensor& weight, const std:
                     out.sizes() == c10::IntArrayRef(output_sizes(x, weight.size(0))) && !output_misaligned(out) &&
                     !out.is_alias_of(x) && !out.is_alias_of(weight) && !(bias_ptr && out.is_alias_of(*bias_ptr));
   if (!fits) return out.copy_(cudal2::linear(x, weight, bias));  // linear's own checks, fallbacks and errors
-  check_linear_inputs(x, weight, bias_ptr);
-  c10::cuda::OptionalCUDAGuard guard(x.device());
-  std::vector<at::Tensor> copies;
-  Route route = route_or_copy(x, weight.t(), bias_ptr, copies);
+  c10::cuda::CUDAGuard guard(x.device());
+  RoutedOperands operands;
+  Route route = route_linear(x, weight, bias_ptr, operands);
   if (route.ours && dispatch_into(route, out)) return out;
   if (route.ours) warn_torch_runs(route.args);
-  return out.copy_(at::linear(x, weight, bias));
+  return out.copy_(torch_linear(x, weight, bias));
 }
 
 }  // namespace cudal2

@@ -31,21 +31,31 @@ std::string shape_str(const at::Tensor& t) { return c10::str(t.sizes()); }
 
 }  // namespace
 
-void check_gemm_inputs(const char* op, const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias) {
-  TORCH_CHECK(a.device() == b_kn.device(), op, ": inputs are on different devices (", a.device(), " and ",
-              b_kn.device(), "); put both on the same device");
-  TORCH_CHECK(a.scalar_type() == b_kn.scalar_type(), op, ": inputs have different dtypes (", a.scalar_type(), " and ",
-              b_kn.scalar_type(), "); both must have the same dtype (float16 or bfloat16 take the tuned path, "
-              "others run through torch)");
-  if (bias != nullptr) {
-    TORCH_CHECK(bias->device() == a.device(), op, ": bias is on ", bias->device(), " but the input is on ",
-                a.device());
-    TORCH_CHECK(bias->scalar_type() == a.scalar_type(), op, ": bias dtype ", bias->scalar_type(),
-                " differs from the input dtype ", a.scalar_type());
-  }
+void check_same_device_and_dtype(const char* op, const char* a_name, const at::Tensor& a, const char* b_name,
+                                 const at::Tensor& b) {
+  TORCH_CHECK(a.device() == b.device(), op, ": ", a_name, " ", shape_str(a), " is on ", a.device(), " but ", b_name,
+              " ", shape_str(b), " is on ", b.device(), "; put both on the same device");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": ", a_name, " ", shape_str(a), " is ", a.scalar_type(),
+              " but ", b_name, " ", shape_str(b), " is ", b.scalar_type(), "; both must have the same dtype (float16 "
+              "and bfloat16 on CUDA take the tuned path, every other dtype runs torch)");
 }
 
-Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, const at::Tensor* out2d,
+BiasForm classify_bias(const at::Tensor* bias, const at::Tensor& x, int64_t n) {
+  if (bias == nullptr) return BiasForm::kNone;
+  if (bias->device() != x.device() || bias->scalar_type() != x.scalar_type() || bias->dim() > 2) {
+    return BiasForm::kTorch;
+  }
+  const int64_t last = bias->dim() == 0 ? 1 : bias->size(-1);
+  const bool leading_ones = bias->dim() < 2 || bias->size(0) == 1;
+  return leading_ones && (last == n || last == 1) ? BiasForm::kFused : BiasForm::kTorch;
+}
+
+at::Tensor fused_bias_vector(const at::Tensor& bias, int64_t n) {
+  if (bias.dim() == 1 && bias.size(0) == n) return bias;
+  return bias.numel() == n ? bias.view({n}) : bias.reshape({1}).expand({n});
+}
+
+Route route_gemm(const at::Tensor& a, RightOperand b, const at::Tensor* bias, const at::Tensor* out2d,
                  bool prefer_nt) {
   Route r;
   if (!a.is_cuda()) {
@@ -56,11 +66,11 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
     r.torch_reason = std::string("dtype ") + c10::toString(a.scalar_type()) + " (tuned path: float16, bfloat16)";
     return r;
   }
-  if (a.dim() < 2 || b_kn.dim() != 2) {
-    r.torch_reason = "operand ranks " + shape_str(a) + " x " + shape_str(b_kn) + " (tuned path: a [..., K] x b [K, N])";
+  if (a.dim() < 2 || b.t.dim() != 2) {
+    r.torch_reason = "operand ranks " + shape_str(a) + " x " + shape_str(b.t) + " (tuned path: a [..., K] x b [K, N])";
     return r;
   }
-  const int64_t k = a.size(-1), n = b_kn.size(1);
+  const int64_t k = a.size(-1), n = b.n();
   const int64_t m = a.numel() / std::max<int64_t>(k, 1);
   if (a.numel() == 0 || k == 0 || n == 0) {
     r.torch_reason = "empty dimension (M, N or K is 0)";
@@ -76,8 +86,8 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
   // B is read as [K, N] row-major (NN) or, through its transpose, as [N, K] row-major (NT); where both read it (K or
   // N is 1), NN unless `prefer_nt`.
   GemmArgs& g = r.args;
-  const int64_t ld_nn = row_major_ld(k, n, b_kn.stride(0), b_kn.stride(1));
-  const int64_t ld_nt = row_major_ld(n, k, b_kn.stride(1), b_kn.stride(0));
+  const int64_t ld_nn = row_major_ld(k, n, b.stride_k(), b.stride_n());
+  const int64_t ld_nt = row_major_ld(n, k, b.stride_n(), b.stride_k());
   if (ld_nt >= 0 && (prefer_nt || ld_nn < 0)) {
     g.layout = CUDAL2_NT;
     g.ldb = ld_nt;
@@ -87,6 +97,10 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
   } else {
     r.torch_reason = "b has no unit-stride dimension";
     r.obstacle = Route::Obstacle::kB;
+    return r;
+  }
+  if (bias != nullptr && (bias->device() != a.device() || bias->scalar_type() != a.scalar_type())) {
+    r.torch_reason = "bias has another dtype or device than the input";
     return r;
   }
   if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != n || bias->stride(0) != 1)) {
@@ -99,7 +113,7 @@ Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* 
   g.k = k;
   g.a = a.data_ptr();
   g.lda = lda;
-  g.b = b_kn.data_ptr();
+  g.b = b.t.data_ptr();
   g.dtype = a.scalar_type() == at::kBFloat16 ? CUDAL2_BF16 : CUDAL2_FP16;
   g.bias = bias != nullptr ? bias->data_ptr() : nullptr;
   g.device = a.get_device();
@@ -120,10 +134,14 @@ bool output_misaligned(const at::Tensor& out) {
   return !out.is_contiguous() || pointer_alignment(out.data_ptr()) < 16;
 }
 
-Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, std::vector<at::Tensor>& keep) {
-  keep = {a, b_kn, bias != nullptr ? *bias : at::Tensor()};
+Route route_or_copy(const at::Tensor& a, RightOperand b, const at::Tensor* bias, RoutedOperands& keep) {
+  keep.a = a;
+  keep.b = b.t;
+  keep.b_nk = b.nk;
+  if (bias != nullptr) keep.bias = *bias;
   for (;;) {
-    Route route = route_gemm(keep[0], keep[1], bias != nullptr ? &keep[2] : nullptr, nullptr, bias != nullptr);
+    Route route = route_gemm(keep.a, RightOperand{keep.b, keep.b_nk}, bias != nullptr ? &keep.bias : nullptr, nullptr,
+                             bias != nullptr);
     if (route.ours) {
       const GemmArgs& g = route.args;
       if (misaligned(g.a, g.lda, g.k)) {
@@ -141,14 +159,15 @@ Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tenso
     }
     switch (route.obstacle) {
       case Route::Obstacle::kNone: return route;
-      case Route::Obstacle::kA: keep[0] = aligned_copy(keep[0]); break;
+      case Route::Obstacle::kA: keep.a = aligned_copy(keep.a); break;
       case Route::Obstacle::kB: {
-        // Copied as [N, K] (NT) for an NT call or one with a bias, else as [K, N] (NN).
+        // Copied as [N, K] storage (NT) for an NT call or one with a bias, else as [K, N] storage (NN); the copy keeps
+        // the logical shape of the stored operand.
         const bool as_nt = route.ours && (route.args.layout == CUDAL2_NT || route.args.bias != nullptr);
-        keep[1] = as_nt ? aligned_copy(keep[1].t()).t() : aligned_copy(keep[1]);
+        keep.b = as_nt == keep.b_nk ? aligned_copy(keep.b) : aligned_copy(keep.b.t()).t();
         break;
       }
-      case Route::Obstacle::kBias: keep[2] = aligned_copy(keep[2].reshape({-1})); break;
+      case Route::Obstacle::kBias: keep.bias = aligned_copy(keep.bias.reshape({-1})); break;
     }
   }
 }

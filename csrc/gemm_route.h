@@ -5,7 +5,6 @@
 
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "gemm_args.h"
 
@@ -26,13 +25,35 @@ inline const at::Tensor* bias_or_null(const std::optional<at::Tensor>& bias) {
   return bias.has_value() && bias->defined() ? &*bias : nullptr;
 }
 
-// Validates the inputs of cudal2.matmul / cudal2.linear (same device, same dtype, matching inner dims) and throws a
-// c10::Error naming the problem and what is supported. `op` is used in messages.
-void check_gemm_inputs(const char* op, const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias);
+// Validates what torch.matmul and F.linear reject for every input: operands on different devices or of different
+// dtypes. Throws a c10::Error naming both operands and what is supported; `op` and the names are used in messages.
+void check_same_device_and_dtype(const char* op, const char* a_name, const at::Tensor& a, const char* b_name,
+                                 const at::Tensor& b);
 
-// Routes a @ b_kn (+ bias), where b_kn is the logical [K, N] right operand (for linear: weight.t()).
-// `out2d` (optional) is the [M, N] destination. `prefer_nt`: a b_kn readable both ways (K or N is 1) is read as NT.
-Route route_gemm(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, const at::Tensor* out2d,
+// The right operand of a GEMM as it is stored: `t` is [K, N], or [N, K] when `nk` (a linear's weight, read through
+// its transpose without creating a view).
+struct RightOperand {
+  const at::Tensor& t;
+  bool nk;
+  int64_t k() const { return t.size(nk ? 1 : 0); }
+  int64_t n() const { return t.size(nk ? 0 : 1); }
+  int64_t stride_k() const { return t.stride(nk ? 1 : 0); }
+  int64_t stride_n() const { return t.stride(nk ? 0 : 1); }
+};
+
+// How F.linear's bias enters the GEMM. kFused: a bias of x's dtype and device shaped [N], [1, N], [1], [1, 1] or 0-d
+// (F.linear accepts these for every input rank), added in the epilogue as an [N] vector. kTorch: any other bias,
+// which F.linear broadcasts by rules that depend on the input's rank and contiguity, so torch runs the call.
+enum class BiasForm { kNone, kFused, kTorch };
+BiasForm classify_bias(const at::Tensor* bias, const at::Tensor& x, int64_t n);
+
+// The [N] vector a kFused bias is added as: the bias itself when it is [N], else a view of it (expanded when it
+// holds one element; route_or_copy stages that as a contiguous copy).
+at::Tensor fused_bias_vector(const at::Tensor& bias, int64_t n);
+
+// Routes a @ b (+ bias). `out2d` (optional) is the [M, N] destination. `prefer_nt`: a b readable both ways (K or N
+// is 1) is read as NT.
+Route route_gemm(const at::Tensor& a, RightOperand b, const at::Tensor* bias, const at::Tensor* out2d,
                  bool prefer_nt = false);
 
 // Whether `out` cannot be written in place by the aligned path (not contiguous, or not 16-byte aligned): the result
@@ -44,6 +65,10 @@ bool output_misaligned(const at::Tensor& out);
 // comes with a bias by an [N, K] copy (NT). So an fp16/bf16 CUDA call computes exactly as on contiguous inputs: a
 // table kernel (TMA needs 16-byte alignment) or cuBLASLt, never torch's own path, which may reduce split-K partials
 // in 16 bits. `keep` holds the operands used (copies included) alive until the GEMM is enqueued.
-Route route_or_copy(const at::Tensor& a, const at::Tensor& b_kn, const at::Tensor* bias, std::vector<at::Tensor>& keep);
+struct RoutedOperands {
+  at::Tensor a, b, bias;
+  bool b_nk = false;  // b is stored [N, K]
+};
+Route route_or_copy(const at::Tensor& a, RightOperand b, const at::Tensor* bias, RoutedOperands& keep);
 
 }  // namespace cudal2

@@ -1,9 +1,10 @@
 """The public GEMM API: `matmul`, `linear`, `explain`, and the fake (meta) kernels of the custom ops.
 
 `torch.ops.cudal2.matmul/linear` are defined in C++ (csrc/bindings.cpp). Eager calls enter through `_C.matmul/linear`,
-which dispatch the same ops from C++ (below autograd when no gradient is needed); traced calls use torch.ops, and the
-code Inductor generates for them calls `_C.linear_out/matmul_out` (inductor_lowering.py). Without the compiled
-extension every function runs torch.
+which run the op's kernel directly, or dispatch the op when autograd, a dispatch mode or a tensor subclass must see the
+call (csrc/eager_entry.cpp); traced calls and tensors with `__torch_function__` use torch.ops, and the code Inductor
+generates calls `_C.linear_out/matmul_out` (inductor_lowering.py). Without the compiled extension every function runs
+torch. Every input torch accepts gives torch's result; every input it rejects raises torch's exception class.
 """
 from __future__ import annotations
 
@@ -19,54 +20,79 @@ def is_available() -> bool:
     return _C is not None
 
 
-def _traced() -> bool:
-    """Whether the call must go through torch.ops (Dynamo tracing or an active TorchFunctionMode, which do not see
-    the extension's direct entry points). Eager calls take `_C.matmul/linear`, which dispatch the same ops."""
-    return torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+_has_torch_function = torch._C._has_torch_function
+
+
+def _through_torch_ops(*args: object) -> bool:
+    """Whether the call must go through torch.ops: Dynamo tracing (the extension's entry points are opaque to it), an
+    active TorchFunctionMode, or an argument with its own `__torch_function__` (one check covers both)."""
+    return torch.compiler.is_compiling() or _has_torch_function(args)
+
+
+def _raise_for_non_tensors(op: str, **args: object) -> None:
+    """Raises TypeError naming the first argument that is not a tensor (None is allowed where the name is `bias` or
+    `out`); returns when every argument is acceptable."""
+    for name, value in args.items():
+        if not isinstance(value, torch.Tensor) and not (value is None and name in ("bias", "out")):
+            optional = " or None" if name in ("bias", "out") else ""
+            raise TypeError(f"cudal2_ops.{op}: argument '{name}' must be a torch.Tensor{optional}, "
+                            f"got {type(value).__name__}")
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """torch.matmul(a, b) through cudal2.
 
     a: [..., K]; b: [K, N] (a 2-D b takes the tuned path; other ranks run torch.matmul). float16 / bfloat16 CUDA
-    tensors with a unit inner stride run a table kernel or cuBLASLt with fp32 accumulation on the current stream;
-    anything else runs torch.matmul with identical semantics. Returns [..., N] (or writes `out`).
+    tensors run a table kernel or cuBLASLt with fp32 accumulation on the current stream (operands whose strides or
+    alignment the kernels cannot read are staged as aligned copies); anything else runs torch.matmul with identical
+    semantics and errors. Returns [..., N] (or writes `out`, which torch's rules resize or reject).
     """
     if _C is None:
         _extension.warn_fallback_once()
         return torch.matmul(a, b, out=out) if out is not None else torch.matmul(a, b)
-    if out is not None:
-        return torch.ops.cudal2.matmul.out(a, b, out=out) if _traced() else _C.matmul_out(a, b, out)
-    if _traced():
+    if _through_torch_ops(a, b, out):
+        if out is not None:
+            return torch.ops.cudal2.matmul.out(a, b, out=out)
         return torch.ops.cudal2.matmul.default(a, b)
-    return _C.matmul(a, b)
+    try:
+        return _C.matmul(a, b) if out is None else _C.matmul_out(a, b, out)
+    except TypeError:
+        _raise_for_non_tensors("matmul", a=a, b=b, out=out)
+        raise
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """torch.nn.functional.linear(x, weight, bias) through cudal2.
 
-    x: [..., K]; weight: [N, K]; bias: [N] or None (fused into the GEMM epilogue). Returns [..., N]. Same dtype and
-    device rules as `matmul`.
+    x: [..., K]; weight: [N, K]; bias: None or any bias F.linear accepts. A bias of x's dtype and device shaped [N],
+    [1, N], [1] or 0-d is fused into the GEMM epilogue; other biases (e.g. [M, N]) run F.linear itself, whose
+    broadcasting rules they follow. Returns [..., N]. Same dtype and device rules as `matmul`.
     """
     if _C is None:
         _extension.warn_fallback_once()
         return F.linear(x, weight, bias)
-    if _traced():
+    if _through_torch_ops(x, weight, bias):
         return torch.ops.cudal2.linear.default(x, weight, bias)
-    return _C.linear(x, weight, bias)
+    try:
+        return _C.linear(x, weight, bias)
+    except TypeError:
+        _raise_for_non_tensors("linear", input=x, weight=weight, bias=bias)
+        raise
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *, layout: str = "nn") -> dict:
     """Which path `matmul(a, b)` (layout "nn", b [K, N]) or `linear(a, b, bias)` (layout "nt", b [N, K]) would take.
 
     Returns a dict with `path` ("kernel" | "cublaslt" | "torch"), `reason`, and the kernel name and knobs or the
-    cuBLASLt choice. Runs no GPU work.
+    cuBLASLt choice. Validates the arguments as the call would (TypeError for a non-tensor, RuntimeError for operands
+    torch rejects, on every device). Runs no GPU work.
     """
+    _raise_for_non_tensors("explain", a=a, b=b, bias=bias)
     if layout not in ("nn", "nt"):
         raise ValueError(f"layout must be 'nn' (b is [K, N]) or 'nt' (b is [N, K]), got {layout!r}")
     if _C is None:
         return {"path": "torch", "reason": f"compiled extension not available ({_extension.IMPORT_ERROR})"}
-    return _C.explain(a, b.t() if layout == "nt" else b, bias)
+    return _C.explain(a, b, bias, layout)
 
 
 # ---- fake (meta) kernels: shapes and dtypes only, for torch.compile / FakeTensor tracing -------------------------

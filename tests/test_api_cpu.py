@@ -49,16 +49,14 @@ def test_empty_dims_follow_torch():
 def test_shape_mismatch_names_the_shapes():
     with pytest.raises(RuntimeError, match=r"cannot be multiplied.*\[5, 7\].*\[6, 3\]|\[5, 7\].*\[6, 3\].*cannot"):
         cudal2_ops.matmul(torch.randn(5, 7), torch.randn(6, 3))
-    with pytest.raises(RuntimeError, match="features but weight"):
+    with pytest.raises(RuntimeError, match=r"input \[5, 7\] has 7 features \(last dim\) but weight \[3, 6\]"):
         cudal2_ops.linear(torch.randn(5, 7), torch.randn(3, 6))
 
 
 @needs_ext
-def test_dtype_and_bias_mismatch_are_clear_errors():
-    with pytest.raises(RuntimeError, match="different dtypes"):
+def test_dtype_mismatch_is_a_clear_error():
+    with pytest.raises(RuntimeError, match=r"a \[5, 7\] is Float but b \[7, 3\] is Double; both must have the same dtype"):
         cudal2_ops.matmul(torch.randn(5, 7), torch.randn(7, 3, dtype=torch.float64))
-    with pytest.raises(RuntimeError, match="bias has 4 elements"):
-        cudal2_ops.linear(torch.randn(5, 7), torch.randn(3, 7), torch.randn(4))
 
 
 @needs_ext
@@ -88,10 +86,12 @@ def assert_grads_match_torch(inputs: tuple[torch.Tensor, ...]) -> None:
 
 
 @needs_ext
-def test_autograd_matches_torch():
+@pytest.mark.parametrize("bias_shape", [(3,), (1,), (), (1, 3), (4, 3), (2, 4, 3)])
+def test_autograd_matches_torch(bias_shape):
+    """Gradients equal torch's for every bias form F.linear broadcasts (the bias gradient summed to its shape)."""
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
-    bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(bias_shape, dtype=torch.float64, requires_grad=True)
     cudal2_ops.linear(x, w, bias).sum().backward()
     assert_grads_match_torch((x, w, bias))
 
@@ -242,3 +242,94 @@ def test_out_with_grad_is_rejected_like_torch():
         torch.matmul(a, b, out=torch.empty(4, 3))
     with pytest.raises(RuntimeError):
         cudal2_ops.matmul(a, b, out=torch.empty(4, 3))
+
+
+# ---- the eager call path: direct kernel call, or the registered op where something must see the call -------------
+
+class _RecordingMode(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the ops it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _LoggingTensor(torch.Tensor):
+    """A wrapper subclass whose __torch_dispatch__ records every op called on it."""
+
+    seen: list[str] = []
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(str(func))
+        unwrap = lambda t: t.elem if isinstance(t, _LoggingTensor) else t  # noqa: E731
+        return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+
+
+@needs_ext
+def test_direct_call_only_where_nothing_must_see_the_op():
+    from cudal2_ops._extension import _C
+
+    x, w = torch.randn(2, 8), torch.randn(3, 8)
+    assert _C.direct_call_allowed(x, w)
+    with torch.inference_mode():
+        assert _C.direct_call_allowed(torch.randn(2, 8), torch.randn(3, 8))
+    with torch.autocast("cpu"):
+        assert _C.direct_call_allowed(x, w)
+    assert not _C.direct_call_allowed(x, w.requires_grad_())
+    with torch.no_grad():
+        assert _C.direct_call_allowed(x, w)
+    assert not _C.direct_call_allowed(x, torch.randn(3, 8), torch.randn(3, dtype=torch.complex64).conj())
+    with _RecordingMode():
+        assert not _C.direct_call_allowed(x, x)
+    assert not _C.direct_call_allowed(_LoggingTensor(x), x)
+    assert not _C.direct_call_allowed(x.to("meta"), x.to("meta"))
+
+
+@needs_ext
+def test_dispatch_mode_and_subclass_see_the_ops():
+    x, w, b = torch.randn(2, 8), torch.randn(3, 8), torch.randn(3)
+    with _RecordingMode() as mode:
+        got = (cudal2_ops.linear(x, w, b), cudal2_ops.matmul(x, w.t()), cudal2_ops.matmul(x, w.t(), out=torch.empty(2, 3)))
+    assert mode.seen[:1] == ["cudal2.linear.default"] and "cudal2.matmul.default" in mode.seen
+    assert "cudal2.matmul.out" in mode.seen
+    torch.testing.assert_close(got[0], F.linear(x, w, b))
+    _LoggingTensor.seen = []
+    cudal2_ops.linear(_LoggingTensor(x), w)
+    assert _LoggingTensor.seen[:1] == ["cudal2.linear.default"]
+
+
+@needs_ext
+def test_torch_function_subclass_sees_the_op():
+    class Traced(torch.Tensor):
+        calls = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls.append(str(func))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.randn(2, 8).as_subclass(Traced)
+    cudal2_ops.linear(x, torch.randn(3, 8))
+    assert Traced.calls[:1] == ["cudal2.linear.default"]
+
+
+@needs_ext
+def test_profiler_records_the_direct_call():
+    x, w = torch.randn(2, 8), torch.randn(3, 8)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        cudal2_ops.linear(x, w)
+        cudal2_ops.matmul(x, w.t())
+    names = {event.name for event in prof.events()}
+    assert {"cudal2::linear", "cudal2::matmul"} <= names
