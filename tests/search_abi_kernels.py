@@ -57,16 +57,16 @@ def naive_source(name: str, variant: str = "correct", *, includes: str = "", lau
                            launch_suffix=launch_suffix, stream=stream)
 
 
-# Cheating launchers (each must be refused by the static scan before it is compiled).
+# Cheating kernels by label; each exports cudal2_kernel_cheat_<label> and must be refused by the static scan.
 CHEATS = {
-    "private_stream": naive_source("cheat_stream", launch_prefix="static cudaStream_t s; cudaStreamCreate(&s);",
+    "private_stream": naive_source("cheat_private_stream", launch_prefix="static cudaStream_t s; cudaStreamCreate(&s);",
                                    stream="s"),
-    "device_sync": naive_source("cheat_sync", launch_suffix="cudaDeviceSynchronize();"),
+    "device_sync": naive_source("cheat_device_sync", launch_suffix="cudaDeviceSynchronize();"),
     "cublas": naive_source("cheat_cublas", includes='#include <cublas_v2.h>',
                            launch_prefix="cublasHandle_t h; cublasCreate(&h);"),
     "pointer_cache": naive_source(
-        "cheat_cache", includes="#include <unordered_map>",
+        "cheat_pointer_cache", includes="#include <unordered_map>",
         launch_prefix="static std::unordered_map<const void*, void*> cache; "
                       "if (cache.count(p->a)) return CUDAL2_OK; cache[p->a] = p->d;"),
-    "fp16_accumulate": naive_source("cheat_fp16", "fp16acc"),
+    "fp16_accumulate": naive_source("cheat_fp16_accumulate", "fp16acc"),
 }

@@ -1,0 +1,57 @@
+"""The LLM proposer: asks an OpenAI-compatible model for points or kernel sources and vets every answer.
+
+Each item of the answer becomes a Proposal; what fails a step keeps its status and reason (MALFORMED: unreadable
+answer, bad point, missing export; SCAN_REJECTED: a banned construct; INFEASIBLE: the family's feasibility check).
+The rest goes on, like any candidate, to compile, correctness and timing. Every proposal carries the prompt and the
+completion (training data for RL fine-tuning).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from search.candidate import INFEASIBLE, MALFORMED, Problem, Proposal
+from search.llm import prompts
+from search.llm.answers import parse_answer
+from search.llm.client import ChatClient, LLMError
+from search.proposers import ProposalContext
+from search.space import check
+
+
+@dataclasses.dataclass
+class LLMProposer:
+    """Proposals from `client`'s model; provenance "llm:<model>"."""
+
+    client: ChatClient
+
+    @classmethod
+    def from_env(cls, name: str = "openai") -> "LLMProposer":
+        """The proposer for `--llm NAME` (only "openai": any OpenAI-compatible endpoint, see ChatClient.from_env)."""
+        if name != "openai":
+            raise ValueError(f"unknown LLM proposer {name!r}; supported: openai (any OpenAI-compatible endpoint)")
+        return cls(ChatClient.from_env())
+
+    @property
+    def provenance(self) -> str:
+        return f"llm:{self.client.model}"
+
+    def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
+        """Up to `n` vetted proposals from one completion (an endpoint failure is one MALFORMED proposal saying
+        why)."""
+        system, user = prompts.build(problem, context, n)
+        prompt = f"{system}\n\n{user}"
+        try:
+            completion = self.client.complete(system, user)
+        except LLMError as exc:
+            return [Proposal(None, MALFORMED, f"no answer: {exc}", prompt=prompt)]
+        proposals = parse_answer(completion, self.provenance)[:n]
+        for proposal in proposals:
+            proposal.prompt, proposal.completion = prompt, completion
+            if proposal.status or proposal.candidate is None:
+                continue
+            if proposal.candidate.id in context.seen:
+                proposal.status, proposal.reason = INFEASIBLE, "already tried on this problem"
+                continue
+            ok, why = check(proposal.candidate, problem, context.arch)
+            if not ok:
+                proposal.status, proposal.reason = INFEASIBLE, why
+        return proposals
