@@ -28,7 +28,7 @@ from search.store import Store
 
 POLICIES = ("rl", "random", "sweep")
 CONTRAST = 4           # best and worst measured candidates shown per problem
-NEIGHBOUR_DISTANCE = 2.0  # problems within this L1 distance in log2 (M, N, K) are neighbours
+NEIGHBOUR_DISTANCE = 4.0  # problems within this L1 distance in log2 (M, N, K) are neighbours
 
 
 @dataclasses.dataclass

@@ -108,6 +108,30 @@ class Policy:
         doc.update({name: self._draw(f"{family}.{name}", phi) for name in (*CONFIG_FIELDS, *KNOB_FIELDS)})
         return parse_point(doc, provenance)
 
+    def mutate(self, problem: Problem, candidate: Candidate) -> Candidate:
+        """A config candidate with one of its choices (family kept) redrawn from the policy for `problem`."""
+        point = point_of(candidate)
+        dims = [(dim, name) for dim, name in ((f"{point['family']}.{n}", n) for n in (*CONFIG_FIELDS, *KNOB_FIELDS))
+                if len(self.dims[dim]) > 1]
+        dim, name = self.rng.choice(dims)
+        return parse_point({**point, name: self._draw(dim, features(problem))}, candidate.provenance)
+
+    def preference(self, problem: Problem, candidate: Candidate) -> float:
+        """How much the policy prefers a config candidate for `problem`: the sum over its choices of log(p(value) /
+        p(most probable value)) (0 = the policy's mode; comparable across families with different numbers of
+        dimensions and choices, unlike the log-probability)."""
+        phi = features(problem)
+        total = 0.0
+        for dim, value in self._choices(point_of(candidate)):
+            p = self.probabilities(dim, phi)
+            total += math.log(p[self.dims[dim].index(value)] / p.max())
+        return total
+
+    def _choices(self, point: dict[str, Any]) -> list[tuple[str, Any]]:
+        """(dimension, value) of every choice a point makes."""
+        family = point["family"]
+        return [("family", family)] + [(f"{family}.{n}", point[n]) for n in (*CONFIG_FIELDS, *KNOB_FIELDS)]
+
     def update(self, problem: Problem, candidate: Candidate, reward: float) -> None:
         """One REINFORCE step on a config candidate's reward against the problem's moving-average baseline, and the
         problem's elites (source candidates only enter the elites)."""
@@ -122,8 +146,7 @@ class Policy:
         advantage = max(-1.0, min(1.0, reward - baseline))
         phi = features(problem)
         point = point_of(candidate)
-        for dim, value in [("family", point["family"])] + [(f"{point['family']}.{n}", point[n])
-                                                          for n in (*CONFIG_FIELDS, *KNOB_FIELDS)]:
+        for dim, value in self._choices(point):
             values = self.dims[dim]
             if len(values) < 2:
                 continue

@@ -122,40 +122,54 @@ class SweepHeuristicProposer:
 
 @dataclasses.dataclass
 class PolicyProposer:
-    """The learned policy's proposals: up to `exploit` of every `n` are mutations of the problem's elites (local
-    search), one is the best candidate of a neighbouring problem not yet tried here (transfer), the rest are drawn
+    """The learned policy's proposals for each `n`: up to `exploit` of them mutate the problem's elites (local
+    search: a `step` share moves one choice to an adjacent value, the rest redraw one choice from the policy); then the untried points of a library (the built default kernels and the best candidates of neighbouring
+    problems) that the policy finds most probable for this problem, leaving `sample` of them (at least one) to draws
     from the contextual policy."""
 
     policy: Policy
     exploit: float = 0.5
+    sample: float = 0.25
+    step: float = 0.2
     provenance: str = "policy"
+
+    def _library(self, problem: Problem, context: ProposalContext) -> list[Candidate]:
+        defaults = [Candidate(config=cfg.name, provenance=self.provenance) for cfg in default_configs()
+                    if (cfg.dtype, cfg.layout) == (problem.dtype, problem.layout)]
+        transfer = [dataclasses.replace(m.candidate, provenance=self.provenance) for m in context.neighbour_best
+                    if m.candidate.config]
+        return sorted(defaults + transfer, key=lambda c: -self.policy.preference(problem, c))
 
     def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
         """`n` new feasible candidates (fewer if the policy keeps drawing tried or infeasible points)."""
         taken: set[str] = set()
         out: list[Candidate] = []
-        rng = self.policy.rng
-        elites = [candidate_of_id(cid, self.provenance) for _, cid in self.policy.elites.get(problem.key, [])
-                  if not cid.startswith("src_")]
-        for elite in elites:
-            if len(out) >= round(n * self.exploit):
-                break
-            for cand in neighbours(elite, rng):
-                if _fresh(cand, problem, context, taken):
-                    taken.add(cand.id)
-                    out.append(cand)
-                    break
-        for measured in context.neighbour_best:
-            cand = dataclasses.replace(measured.candidate, provenance=self.provenance)
-            if len(out) < n and cand.config and _fresh(cand, problem, context, taken):
-                taken.add(cand.id)
-                out.append(cand)
-                break
-        for _ in range(n * MAX_DRAWS):
-            if len(out) >= n:
-                break
-            cand = self.policy.sample(problem, self.provenance)
+
+        def take(cand: Candidate) -> bool:
             if _fresh(cand, problem, context, taken):
                 taken.add(cand.id)
                 out.append(cand)
+                return True
+            return False
+
+        elites = [candidate_of_id(cid, self.provenance) for _, cid in self.policy.elites.get(problem.key, [])
+                  if not cid.startswith("src_")]
+        rng = self.policy.rng
+        for _ in range(MAX_DRAWS):
+            if not elites or len(out) >= round(n * self.exploit):
+                break
+            elite = elites[min(int(rng.expovariate(1.0)), len(elites) - 1)]  # the best elite most often
+            if rng.random() < self.step:
+                any(take(cand) for cand in neighbours(elite, rng))
+            else:
+                take(self.policy.mutate(problem, elite))
+        draws = round(n * self.sample)
+        for cand in self._library(problem, context):
+            if len(out) >= n - draws:
+                break
+            take(cand)
+        for _ in range(n * MAX_DRAWS):
+            if len(out) >= n:
+                break
+            take(self.policy.sample(problem, self.provenance))
         return [Proposal(c) for c in out]
