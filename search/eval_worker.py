@@ -28,7 +28,8 @@ from search.config import Knobs
 SELFTEST_ENV = "CUDAL2_EVAL_WORKER_SELFTEST"
 # Set by the evaluator when it restarts a worker: the peak measured by the worker's first start (measured once).
 PEAK_ENV = "CUDAL2_EVAL_PEAK_TFLOPS"
-WALL_EVENT_RATIO = 1.5       # wall clock above this times the events' figure (plus host overhead): SUSPICIOUS
+WALL_EVENT_RATIO = 1.5       # wall clock above this times the events' figure: SUSPICIOUS
+WALL_CHECK_MIN_US = 40.0     # the wall-clock check runs where GPU time dominates launch cost (eager calls pipeline)
 ROOFLINE_MARGIN = 0.8        # faster than this fraction of the compute floor (2MNK / measured peak): SUSPICIOUS
 WALL_CALLS = 20              # eager calls of the wall-clock cross-check
 
@@ -123,19 +124,16 @@ class GpuEvaluator:
                 impl(run.a, run.b, None, run.out)
             base_call(0)
             base_us.append(self._time_call(base_call))
-            base_overhead = max(0.0, self._wall_us(base_call) - base_us[-1])
             run.out.fill_(float("nan"))
             cand_us.append(self._time_call(cand_call))
-            wall = self._wall_us(cand_call)
-            if wall > WALL_EVENT_RATIO * cand_us[-1] + base_overhead:
-                flags.append(f"case {case}: wall clock {wall:.1f} us/call vs events {cand_us[-1]:.1f} us "
-                             f"(host overhead {base_overhead:.1f} us)")
-            run.out.fill_(float("nan"))
-            cand_call(0)
-            errs.append(run.rel_err())
+            if cand_us[-1] >= WALL_CHECK_MIN_US:
+                wall = self._wall_us(cand_call)
+                if wall > WALL_EVENT_RATIO * cand_us[-1]:
+                    flags.append(f"case {case}: wall clock {wall:.1f} us/call vs CUDA events {cand_us[-1]:.1f} us")
+            errs.append(run.rel_err())  # the output the timed calls left (poisoned with NaN before them)
             if not errs[-1] <= run.tol:
-                return EvalResult(INCORRECT, reason=f"case {case}: re-check after the timed loop: relative error "
-                                  f"{errs[-1]:.3g} > {run.tol:g}", max_rel_err=errs[-1])
+                return EvalResult(INCORRECT, reason=f"case {case}: re-check of the timed calls' output: relative "
+                                  f"error {errs[-1]:.3g} > {run.tol:g}", max_rel_err=errs[-1])
         us, baseline = statistics.median(cand_us), statistics.median(base_us)
         floor_us = 2 * problem.m * problem.n * problem.k / (self.peak_tflops * 1e6)
         if us < ROOFLINE_MARGIN * floor_us:
