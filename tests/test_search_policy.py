@@ -1,0 +1,89 @@
+"""The contextual policy (learning, transfer, elites, JSON state) and the RL policy against random search and the
+sweep heuristic on the simulated benchmark, at equal evaluation budget."""
+import json
+import random
+
+import numpy as np
+import pytest
+
+from cudal2_ops.measure import shapes
+from search import space
+from search.candidate import Candidate, Problem
+from search.loop import RunArgs, Search, geomean
+from search.policy import Policy, features
+from search.simulate import SimulatedBackend
+from search.store import Store
+
+SMALL = Problem("nt", "fp16", 64, 4096, 4096)
+NEAR = Problem("nt", "fp16", 128, 4096, 4096)
+FAR = Problem("nt", "fp16", 16384, 16384, 256)
+
+
+def _family_point(policy: Policy, problem: Problem, family: str) -> Candidate:
+    rng = random.Random(0)
+    while True:
+        cand = space.sample(rng, problem, 90)
+        if cand.config.startswith(family):
+            return cand
+
+
+def test_rewarded_choices_gain_probability_and_transfer_to_neighbouring_shapes():
+    policy = Policy(90, seed=0)
+    decode = _family_point(policy, SMALL, "decode")
+    before = {p.key: policy.probabilities("family", features(p))[policy.dims["family"].index("decode")]
+              for p in (SMALL, NEAR, FAR)}
+    policy.update(SMALL, _family_point(policy, SMALL, "sm80_cute"), 0.5)  # sets the baseline
+    for _ in range(10):
+        policy.update(SMALL, decode, 1.5)
+    after = {p.key: policy.probabilities("family", features(p))[policy.dims["family"].index("decode")]
+             for p in (SMALL, NEAR, FAR)}
+    assert after[SMALL.key] > before[SMALL.key] + 0.2
+    assert after[NEAR.key] - before[NEAR.key] > after[FAR.key] - before[FAR.key]
+
+
+def test_elites_keep_the_best_candidates_per_problem():
+    policy = Policy(90)
+    cands = [space.sample(random.Random(s), SMALL, 90) for s in range(8)]
+    for i, cand in enumerate(cands):
+        policy.update(SMALL, cand, float(i))
+    assert [cid for _, cid in policy.elites[SMALL.key]] == [c.id for c in cands[::-1][:4]]
+
+
+def test_state_round_trips_through_json():
+    policy = Policy(90, seed=3)
+    for s in range(5):
+        policy.update(SMALL, space.sample(random.Random(s), SMALL, 90), s / 4)
+    restored = Policy.from_json(json.loads(json.dumps(policy.to_json())))
+    for dim in policy.dims:
+        assert np.allclose(restored.probabilities(dim, features(NEAR)), policy.probabilities(dim, features(NEAR)))
+    assert restored.elites == policy.elites and restored.baselines == policy.baselines
+
+
+def test_snapshot_of_another_space_is_refused():
+    doc = Policy(90).to_json()
+    doc["weights"]["family"] = [[0.0]]
+    with pytest.raises(ValueError, match="family"):
+        Policy.from_json(doc)
+
+
+def _geomean_best(policy: str, problems: list[Problem], per_problem: int, seed: int) -> float:
+    store = Store(":memory:")
+    args = RunArgs(policy=policy, budget_evals=per_problem * len(problems), seed=seed)
+    search = Search.start(store, SimulatedBackend(seed=seed), args, problems)
+    search.run()
+    assert store.evaluation_count(search.run_id) == args.budget_evals
+    best = search.best_speedups()
+    return geomean([best.get(p.key, 0.01) for p in problems])
+
+
+def test_rl_beats_random_and_the_sweep_heuristic_at_equal_budget():
+    """40 simulated G1000 shapes, 24 evaluations each, 3 seeds: mean over seeds of the geomean best speedup."""
+    scores = {policy: [] for policy in ("rl", "random", "sweep")}
+    for seed in range(3):
+        problems = [Problem("nt", "fp16", *s) for s in shapes.stratified_sample(shapes.g1000(), 40, seed)]
+        for policy in scores:
+            scores[policy].append(_geomean_best(policy, problems, 24, seed))
+    mean = {policy: sum(v) / len(v) for policy, v in scores.items()}
+    assert mean["rl"] > mean["sweep"] + 0.005, scores
+    assert mean["rl"] > mean["random"] + 0.1, scores
+    assert min(r - s for r, s in zip(scores["rl"], scores["sweep"])) > -0.005, scores
