@@ -77,12 +77,13 @@ class CompileFarm:
         """Builds each distinct build key of `candidates` (in parallel) and records it in the manifest."""
         todo = {c.build_key: c for c in candidates}
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = {key: pool.submit(self._build, cand) for key, cand in todo.items()}
+            futures = {key: pool.submit(self.build, cand) for key, cand in todo.items()}
             outcomes = {key: fut.result() for key, fut in futures.items()}
-        self._record(outcomes)
+        self.record(outcomes)
         return outcomes
 
-    def _build(self, cand: Candidate) -> CompileOutcome:
+    def build(self, cand: Candidate) -> CompileOutcome:
+        """Builds one candidate into `<artifacts>/<build_key>.so` (+ `.log`); does not touch the manifest."""
         start = time.monotonic()
         key = cand.build_key
         library, log_path = self.artifacts / f"{key}.so", self.artifacts / f"{key}.log"
@@ -104,7 +105,8 @@ class CompileFarm:
         return CompileOutcome(ok=ok, artifact=str(library) if ok else "", log=log[-LOG_TAIL:],
                               seconds=time.monotonic() - start)
 
-    def _record(self, outcomes: dict[str, CompileOutcome]) -> None:
+    def record(self, outcomes: dict[str, CompileOutcome]) -> None:
+        """Adds builds to the manifest (the one writer: builds may run elsewhere, e.g. as Ray tasks)."""
         with self._lock:
             doc = self.manifest()
             doc["nvcc"] = nvcc_banner()
