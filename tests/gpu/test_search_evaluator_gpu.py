@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from build_tools import kernel_lib
 from search.backends.local import LocalBackend
 from search.candidate import CRASH, HANG, INCORRECT, OK, Candidate, Problem
 from search_abi_kernels import naive_source
@@ -19,17 +20,13 @@ PROBLEM = Problem("nt", "fp16", 256, 256, 4096)   # exact sums reach past 2048: 
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    if kernel_toolchain_problem():
-        pytest.skip(kernel_toolchain_problem())
+    problem = kernel_lib.toolchain_problem()
+    if problem:
+        pytest.skip(problem)
     major, minor = torch.cuda.get_device_capability()
     local = LocalBackend(tmp_path_factory.mktemp("artifacts"), arch=major * 10 + minor, timeout_s=60.0, gpus=["0"])
     yield local
     local.close()
-
-
-def kernel_toolchain_problem() -> str | None:
-    from build_tools import kernel_lib
-    return kernel_lib.toolchain_problem()
 
 
 def source(variant: str) -> Candidate:
