@@ -123,7 +123,7 @@ class EvaluatorPool:
                  extra_env: dict[str, str] | None = None):
         gpus = visible_gpus() if gpus is None else gpus
         if not gpus:
-            raise RuntimeError("no GPU to evaluate on (CUDA_VISIBLE_DEVICES is empty and torch sees no device)")
+            raise RuntimeError("no GPU to evaluate on (CUDA_VISIBLE_DEVICES names none and torch sees no CUDA device)")
         self.workers = [Worker(gpu, extra_env) for gpu in gpus]
         self.timeout_s, self.cases = timeout_s, cases
 
