@@ -1,0 +1,113 @@
+"""The search loop end to end on the simulated backend: run, resume, compile cache, compile-only, report, emit,
+export."""
+import json
+from pathlib import Path
+
+import pytest
+
+from cudal2_ops import tables
+from search import __main__ as cli
+from search.candidate import MALFORMED, OK, Candidate, Problem, Proposal
+from search.export import records
+from search.loop import RunArgs, Search
+from search.simulate import SimulatedBackend
+from search.store import Store
+
+PROBLEMS = [Problem("nt", "fp16", m, n, k) for m, n, k in ((64, 4096, 4096), (128, 4096, 4096), (1024, 128, 64),
+                                                            (4096, 4096, 4096), (12288, 8192, 128))]
+
+
+class CountingBackend(SimulatedBackend):
+    """The simulated backend, counting every build it is asked to compile."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.builds: list[str] = []
+
+    def compile(self, candidates):
+        self.builds += [c.build_key for c in candidates]
+        return super().compile(candidates)
+
+
+def test_a_run_spends_its_budget_and_never_compiles_a_build_twice():
+    store, backend = Store(":memory:"), CountingBackend()
+    search = Search.start(store, backend, RunArgs(policy="rl", budget_evals=60), PROBLEMS)
+    search.run()
+    assert store.evaluation_count(search.run_id) == 60
+    assert len(backend.builds) == len(set(backend.builds)) == len(store.query("SELECT * FROM compiles"))
+    statuses = {r["status"] for r in store.evaluations(search.run_id)}
+    assert OK in statuses
+    assert len(store.query("SELECT * FROM policy_snapshots")) >= 2
+    again = Search.start(store, backend, RunArgs(policy="random", budget_evals=40, seed=1), PROBLEMS)
+    builds_before = len(backend.builds)
+    again.run()
+    reused = {r["candidate_id"].split("@")[0] for r in store.evaluations(again.run_id)}
+    assert len(backend.builds) - builds_before == len(set(backend.builds[builds_before:]))
+    assert not set(backend.builds[builds_before:]) & set(backend.builds[:builds_before])
+    assert reused  # the second run ran, reusing the first run's builds where it met them
+
+
+def test_compile_only_then_resume_evaluates_the_compiled_proposals():
+    store, backend = Store(":memory:"), CountingBackend()
+    first = Search.start(store, backend, RunArgs(policy="sweep", compile_only=True, budget_evals=30), PROBLEMS)
+    first.run()
+    assert store.evaluation_count(first.run_id) == 0 and backend.builds
+    proposed = {(r["candidate_id"], r["problem_key"]) for r in store.proposals(first.run_id) if not r["status"]}
+    resumed = Search.resume(store, CountingBackend(), first.run_id)
+    resumed.run()
+    evaluated = {(r["candidate_id"], r["problem_key"]) for r in store.evaluations(first.run_id)}
+    assert proposed <= evaluated and store.evaluation_count(first.run_id) == 30
+    assert resumed.backend.builds == [] or not set(resumed.backend.builds) & set(backend.builds)
+
+
+def test_resume_restores_the_policy_and_extends_the_budget(tmp_path):
+    db = tmp_path / "s.db"
+    store = Store(db)
+    search = Search.start(store, SimulatedBackend(), RunArgs(budget_evals=40), PROBLEMS)
+    search.run()
+    elites = search.policy.elites
+    resumed = Search.resume(store, SimulatedBackend(), search.run_id, {"budget_evals": 80})
+    assert resumed.policy.elites == elites and resumed.policy.updates == search.policy.updates
+    resumed.run()
+    assert store.evaluation_count(search.run_id) == 80
+
+
+def test_cli_run_resume_report_emit_export(tmp_path, monkeypatch, capsys):
+    db = str(tmp_path / "s.db")
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("".join(f"{p.m} {p.n} {p.k}\n" for p in PROBLEMS))
+    for policy in ("rl", "random"):
+        assert cli.main(["run", "--shapes", str(shapes), "--budget-evals", "50", "--store", db, "--policy", policy,
+                         "--quiet"]) == 0
+    assert cli.main(["resume", "--store", db, "--run", Store(db).runs()[0]["id"], "--budget-evals", "60",
+                     "--quiet"]) == 0
+    store = Store(db)
+    run_id = store.runs()[0]["id"]
+    store.add_proposal(run_id, 9, PROBLEMS[0], Proposal(None, MALFORMED, "no JSON object", "the prompt", "oops"),
+                       "llm:test")
+    assert cli.main(["report", "--store", db, "--out", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    for section in ("Policies at equal budget", "What the policy learned", "Failures by status", "| random |"):
+        assert section in report
+    assert (tmp_path / "report" / "reward_by_policy.png").stat().st_size > 1000
+    root = tmp_path / "kernels"
+    assert cli.main(["emit", "--store", db, "--root", str(root), "--kernel-budget", "2"]) == 0
+    table_file = root / "sm90" / "simulated_h100_sxm.json"
+    table = json.loads(table_file.read_text())
+    kernels = {e["kernel"] for e in table["entries"].values()}
+    assert 0 < len(kernels) <= 2 and all(e["speedup"] > 1.03 for e in table["entries"].values())
+    for name in kernels:
+        assert list(root.glob(f"*/{name}.cu"))
+    monkeypatch.setenv("CUDAL2_TABLE", str(table_file))
+    facts = tables.DeviceFacts("Simulated H100 SXM", 132, (9, 0), "simulated")
+    assert tables.load_table_for(facts) is not None
+    out = tmp_path / "rl.jsonl"
+    assert cli.main(["export", "--store", db, "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines == records(store)
+    assert lines[0]["prompt"] == "the prompt" and lines[0]["reward"] == -1.0 and lines[0]["status"] == MALFORMED
+
+
+def test_emit_without_measurements_says_so(tmp_path):
+    with pytest.raises(ValueError, match="no correct measured candidate"):
+        cli.main(["emit", "--store", str(tmp_path / "empty.db"), "--root", str(tmp_path)])
