@@ -21,6 +21,7 @@ from search.candidate import Candidate
 from search.config import HgemmConfig
 
 MANIFEST = "manifest.json"
+INSTALLED_LIBRARY = Path(kernel_lib.REPO_ROOT) / "cudal2_ops" / "libcudal2_kernels.so"
 LOG_TAIL = 6000  # characters of compiler output kept in an outcome (the full log stays in the .log file)
 
 
@@ -52,15 +53,30 @@ def nvcc_banner() -> str:
     return next((line for line in lines if "release" in line), lines[-1])
 
 
+def installed_kernels(archs: list[str], library: Path = INSTALLED_LIBRARY) -> dict[str, Path]:
+    """Kernel name -> `library` for every kernel of the installed kernel library when it holds code for all of
+    `archs` (those configs need no build); empty when the library is missing or built for other targets."""
+    if not library.exists():
+        return {}
+    from cudal2_ops.kernel_library import KernelLibrary  # noqa: PLC0415 (imports torch; only when there is one)
+    loaded = KernelLibrary(library)
+    if not set(archs) <= set(loaded.archs):
+        return {}
+    return {name: library.resolve() for name in loaded.kernels}
+
+
 class CompileFarm:
-    """Builds candidates under `artifacts` for `archs` (e.g. ["90a"]) with `jobs` parallel nvcc processes."""
+    """Builds candidates under `artifacts` for `archs` (e.g. ["90a"]) with `jobs` parallel nvcc processes. Configs
+    in `prebuilt` (kernel name -> a library already holding them, e.g. `installed_kernels(archs)`) are not built:
+    their outcome points at that library."""
 
     def __init__(self, artifacts: Path, archs: list[str], jobs: int | None = None,
-                 cache_dir: Path = kernel_lib.DEFAULT_CACHE_DIR):
+                 cache_dir: Path = kernel_lib.DEFAULT_CACHE_DIR, prebuilt: dict[str, Path] | None = None):
         self.artifacts = Path(artifacts)
         self.archs = archs
         self.jobs = jobs or kernel_lib.default_jobs()
         self.cache_dir = cache_dir
+        self.prebuilt = prebuilt or {}
         self._lock = threading.Lock()
 
     @property
@@ -88,15 +104,12 @@ class CompileFarm:
         key = cand.build_key
         library, log_path = self.artifacts / f"{key}.so", self.artifacts / f"{key}.log"
         try:
-            arch_dir, name, text = candidate_source(cand)
-            source = self.artifacts / "src" / key / arch_dir / f"{name}.cu"
-            codegen.write_if_changed(source, text)
-            obj = kernel_lib.compile_object(source, self.archs, self.cache_dir)
-            if obj is None:
-                raise kernel_lib.KernelBuildError(
-                    f"{name} ({arch_dir}) has no target among archs {self.archs}; sm90 kernels need 90a")
-            kernel_lib.link_library({name: obj}, library, self.archs)
-            ok, log = True, f"built {name} for {';'.join(self.archs)}"
+            if cand.config in self.prebuilt:
+                library = self.prebuilt[cand.config]
+                ok, log = True, f"prebuilt: {cand.config} is in {library}"
+            else:
+                self._compile(cand, library)
+                ok, log = True, f"built {cand.kernel_name} for {';'.join(self.archs)}"
         except (kernel_lib.KernelBuildError, ValueError) as exc:
             library.unlink(missing_ok=True)
             ok, log = False, str(exc)
@@ -105,6 +118,18 @@ class CompileFarm:
         return CompileOutcome(ok=ok, artifact=str(library) if ok else "", log=log[-LOG_TAIL:],
                               seconds=time.monotonic() - start)
 
+    def _compile(self, cand: Candidate, library: Path) -> None:
+        """Renders (configs) or writes (sources) the candidate's .cu under `src/<build_key>/`, compiles it through
+        the object cache and links it alone into `library`."""
+        arch_dir, name, text = candidate_source(cand)
+        source = self.artifacts / "src" / cand.build_key / arch_dir / f"{name}.cu"
+        codegen.write_if_changed(source, text)
+        obj = kernel_lib.compile_object(source, self.archs, self.cache_dir)
+        if obj is None:
+            raise kernel_lib.KernelBuildError(
+                f"{name} ({arch_dir}) has no target among archs {self.archs}; sm90 kernels need 90a")
+        kernel_lib.link_library({name: obj}, library, self.archs)
+
     def record(self, outcomes: dict[str, CompileOutcome]) -> None:
         """Adds builds to the manifest (the one writer: builds may run elsewhere, e.g. as Ray tasks)."""
         with self._lock:
@@ -112,7 +137,9 @@ class CompileFarm:
             doc["nvcc"] = nvcc_banner()
             doc["archs"] = self.archs
             for key, out in outcomes.items():
-                doc["builds"][key] = {"artifact": Path(out.artifact).name if out.ok else "", "ok": out.ok,
+                prebuilt = out.ok and Path(out.artifact).parent != self.artifacts
+                artifact = out.artifact if prebuilt else Path(out.artifact).name if out.ok else ""
+                doc["builds"][key] = {"artifact": artifact, "ok": out.ok,
                                       "log": f"{key}.log", "seconds": round(out.seconds, 2)}
             self.artifacts.mkdir(parents=True, exist_ok=True)
             tmp = self.manifest_path.with_suffix(".tmp")
@@ -121,8 +148,8 @@ class CompileFarm:
 
 
 def artifact_paths(artifacts: Path) -> dict[str, Path]:
-    """build_key -> shared library of every successful build in an artifacts folder (paths relative to the folder,
-    so a folder carried to another machine still resolves)."""
+    """build_key -> shared library of every successful build in an artifacts folder (built ones are recorded
+    relative to the folder, so a folder carried to another machine still resolves; prebuilt ones absolute)."""
     path = Path(artifacts) / MANIFEST
     if not path.exists():
         return {}

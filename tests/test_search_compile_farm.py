@@ -7,7 +7,8 @@ import json
 import pytest
 
 from search.candidate import Candidate
-from search.compile_farm import CompileFarm, artifact_paths, candidate_source, source_arch_dir
+from search.compile_farm import (INSTALLED_LIBRARY, CompileFarm, artifact_paths, candidate_source, installed_kernels,
+                                 source_arch_dir)
 
 SMALL_CONFIG = "sm80_cute_fp16_nt_64x64x64_s3_w4"
 BROKEN_SOURCE = """#include "cudal2/abi.h"
@@ -47,3 +48,22 @@ def test_infeasible_config_is_a_compile_error(tmp_path):
     outcome = farm.compile([Candidate(config="sm80_cute_fp16_nt_64x64x64_s99_w4")])
     (only,) = outcome.values()
     assert not only.ok and only.log
+
+
+def test_prebuilt_configs_are_not_built(tmp_path):
+    installed = tmp_path / "libinstalled.so"
+    farm = CompileFarm(tmp_path / "artifacts", ["90a"], jobs=1, prebuilt={SMALL_CONFIG: installed})
+    outcome = farm.compile([Candidate(config=SMALL_CONFIG)])[SMALL_CONFIG]
+    assert outcome.ok and outcome.artifact == str(installed) and "prebuilt" in outcome.log
+    assert artifact_paths(tmp_path / "artifacts") == {SMALL_CONFIG: installed}
+    assert not (tmp_path / "artifacts" / "src").exists()
+
+
+def test_installed_library_lists_its_kernels(tmp_path):
+    assert installed_kernels(["90a"], tmp_path / "missing.so") == {}
+    library = INSTALLED_LIBRARY
+    if not library.exists():
+        pytest.skip(f"{library} is not built")
+    kernels = installed_kernels(["90a"])
+    assert kernels and set(kernels.values()) == {library.resolve()}
+    assert installed_kernels(["75"]) == {}   # not among the library's targets

@@ -11,7 +11,7 @@ from typing import Any
 
 from search.backend import CompileOutcome
 from search.candidate import COMPILE_ERROR, Candidate, EvalResult, Problem
-from search.compile_farm import CompileFarm, artifact_paths, nvcc_banner
+from search.compile_farm import CompileFarm, artifact_paths, installed_kernels, nvcc_banner
 from search.evaluator import EvaluatorPool
 
 
@@ -27,13 +27,15 @@ def nvcc_archs(arch: int) -> list[str]:
 class LocalBackend:
     """Compiles with `jobs` nvcc processes for compute capability `arch` (e.g. 90) into `artifacts` and evaluates
     on `gpus` (default: every visible GPU; workers start on the first evaluation). With `compile_only` it never
-    starts a worker: `environment` reports the target arch only, and `evaluate` is refused."""
+    starts a worker: `environment` reports the target arch only, and `evaluate` is refused. Configs the installed
+    kernel library (cudal2_ops/libcudal2_kernels.so) already holds for these targets are not rebuilt."""
 
     def __init__(self, artifacts: Path, arch: int = 90, compile_only: bool = False, jobs: int | None = None,
                  gpus: list[str] | None = None, timeout_s: float = 300.0, cases: int = 3,
                  worker_env: dict[str, str] | None = None):
         self.arch, self.compile_only = arch, compile_only
-        self.farm = CompileFarm(Path(artifacts), nvcc_archs(arch), jobs)
+        archs = nvcc_archs(arch)
+        self.farm = CompileFarm(Path(artifacts), archs, jobs, prebuilt=installed_kernels(archs))
         self._gpus, self._timeout_s, self._cases, self._worker_env = gpus, timeout_s, cases, worker_env
         self._pool: EvaluatorPool | None = None
         self._failed: dict[str, str] = {}

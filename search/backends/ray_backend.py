@@ -14,7 +14,7 @@ from typing import Any, Callable
 from search.backend import CompileOutcome
 from search.backends.local import LocalBackend, nvcc_archs
 from search.candidate import Candidate, EvalResult, Problem
-from search.compile_farm import CompileFarm, nvcc_banner
+from search.compile_farm import CompileFarm, installed_kernels, nvcc_banner
 
 
 class EvaluatorActor:
@@ -35,9 +35,9 @@ class EvaluatorActor:
             close()
 
 
-def build_one(artifacts: str, archs: list[str], cand: Candidate) -> CompileOutcome:
+def build_one(artifacts: str, archs: list[str], prebuilt: dict[str, Path], cand: Candidate) -> CompileOutcome:
     """One build on a Ray CPU worker (the compile farm's build, single job)."""
-    return CompileFarm(Path(artifacts), archs, jobs=1).build(cand)
+    return CompileFarm(Path(artifacts), archs, jobs=1, prebuilt=prebuilt).build(cand)
 
 
 class RayBackend:
@@ -55,7 +55,8 @@ class RayBackend:
         self.ray = ray
         if not ray.is_initialized():
             ray.init(address=address, **(init_kwargs or {}))
-        self.farm = CompileFarm(Path(artifacts), nvcc_archs(arch), jobs=1)
+        archs = nvcc_archs(arch)
+        self.farm = CompileFarm(Path(artifacts), archs, jobs=1, prebuilt=installed_kernels(archs))
         self.arch, self.compile_only = arch, compile_only
         self._build = ray.remote(num_cpus=1)(build_one)
         self._factory = evaluator_factory or functools.partial(LocalBackend, Path(artifacts).resolve(), arch)
@@ -77,7 +78,7 @@ class RayBackend:
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
         """One Ray task per distinct build key; the manifest is written here."""
         todo = {c.build_key: c for c in candidates}
-        refs = {key: self._build.remote(str(self.farm.artifacts), self.farm.archs, cand) for key, cand in todo.items()}
+        refs = {key: self._build.remote(str(self.farm.artifacts), self.farm.archs, self.farm.prebuilt, cand) for key, cand in todo.items()}
         outcomes = dict(zip(refs, self.ray.get(list(refs.values()))))
         self.farm.record(outcomes)
         return outcomes
