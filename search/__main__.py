@@ -24,6 +24,8 @@ from search.store import Store
 from search.table_select import DEFAULT_KERNEL_BUDGET, DEFAULT_MARGIN
 
 BACKENDS = ("sim", "local", "ray")
+# New builds a run may compile by default: an sm90 kernel takes 60-90 s of nvcc; the simulator's are free.
+DEFAULT_MAX_BUILDS = {"sim": None, "local": 32, "ray": 32}
 
 
 def parse_arch(text: str) -> int:
@@ -94,7 +96,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
     args = RunArgs(policy=ns.policy, llm=ns.llm, per_round=ns.per_round, explore=ns.explore,
                    budget_evals=ns.budget_evals, budget_minutes=ns.budget_minutes, seed=ns.seed,
                    compile_only=ns.compile_only, memory=ns.memory, arch=ns.arch, backend=ns.backend,
-                   artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms)
+                   artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms,
+                   max_builds=ns.max_builds if ns.max_builds is not None else DEFAULT_MAX_BUILDS[ns.backend])
     if args.backend != "sim" and not args.artifacts:
         raise SystemExit(f"--backend {args.backend} needs --artifacts DIR (where builds are kept)")
     problems = [Problem(ns.layout, ns.dtype, *s) for s in load_shapes(ns.shapes, ns.seed)]
@@ -121,7 +124,8 @@ def cmd_resume(ns: argparse.Namespace) -> int:
     if run_id is None:
         raise SystemExit(f"{ns.store}: every run has finished (name one with --run to extend its budget)")
     overrides = {k: v for k, v in (("backend", ns.backend), ("artifacts", ns.artifacts and str(ns.artifacts)),
-                                   ("budget_evals", ns.budget_evals), ("budget_minutes", ns.budget_minutes))
+                                   ("budget_evals", ns.budget_evals), ("budget_minutes", ns.budget_minutes),
+                                   ("max_builds", ns.max_builds))
                  if v is not None}
     stored = RunArgs(**{**json.loads(store.run(run_id)["args"]), **overrides})
     backend = make_backend(dataclasses.replace(stored, compile_only=False))
@@ -173,6 +177,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--compile-only", action="store_true",
                      help="propose one round and compile it into --artifacts, no GPU; evaluate later with resume")
     run.add_argument("--artifacts", type=Path, default=None, help="folder of compiled builds (local/ray backends)")
+    run.add_argument("--max-builds", type=int, default=None,
+                     help="new builds the run may compile (default: 32 for local/ray, unlimited for sim); past it, "
+                          "only built kernels (the extension's defaults included) are proposed")
     run.add_argument("--per-round", type=int, default=4, help="proposals per problem per round")
     run.add_argument("--explore", type=float, default=0.0, help="share of random proposals next to the policy (rl)")
     run.add_argument("--memory", default="", help="contextual-memory file for LLM prompts (updated every round)")
@@ -187,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("--artifacts", type=Path, default=None)
     resume.add_argument("--budget-evals", type=int, default=None, help="override the run's evaluation budget")
     resume.add_argument("--budget-minutes", type=float, default=None)
+    resume.add_argument("--max-builds", type=int, default=None, help="override the run's build budget")
     resume.add_argument("--quiet", action="store_true")
     resume.set_defaults(func=cmd_resume)
     report = sub.add_parser("report", help="Markdown + plots of a store")

@@ -33,6 +33,10 @@ class Backend(Protocol):
         have been compiled by an earlier process (the loop never recompiles a build key the store has): the backend
         finds its artifact by build key (e.g. in its artifacts folder)."""
 
+    def prebuilt(self) -> set[str]:
+        """Build keys that need no compile (the default kernels built into the extension's library): the loop
+        records them as built and `evaluate` must run them from that library."""
+
     def environment(self) -> dict[str, Any]:
         """The evaluating GPU: gpu_name, arch (e.g. 90), capability [9, 0], sm_count, driver, cuda, ..."""
 

@@ -2,7 +2,8 @@
 
 Each round, every problem of the run gets `per_round` proposals split between the proposers (the policy's share,
 an exploration share of random points, the LLM's share when enabled); infeasible ones are recorded and dropped; new
-builds are compiled (a build key the store has is never compiled again); the rest are evaluated in chunks of
+builds are compiled (a build key the store has is never compiled again, the backend's prebuilt kernels never; at
+most `max_builds` new ones per run, proposals past it are recorded infeasible); the rest are evaluated in chunks of
 `chunk` requests, each verdict stored (with its reward) before the next chunk starts, then learned from. The
 budget is a number of evaluations and/or minutes of the run's own time (summed over resumes). Proposals recorded
 but not evaluated when a run stops (killed, or `--compile-only`) are evaluated first on `resume`.
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from search.backend import Backend
+from search.backend import Backend, CompileOutcome
 from search.candidate import COMPILE_ERROR, INFEASIBLE, OK, Candidate, EvalResult, Problem
 from search.policy import Policy
 from search.proposers import (Measured, PolicyProposer, Proposer, ProposalContext, RandomProposer,
@@ -50,6 +51,7 @@ class RunArgs:
     backend: str = "sim"
     artifacts: str = ""
     sim_delay_ms: float = 0.0
+    max_builds: int | None = None  # new build keys the run may compile in total (None: unlimited)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -98,6 +100,9 @@ class Search:
                 self._remember(row["problem_key"], store.candidate(row["candidate_id"]), row["us"],
                                row["baseline_us"] / row["us"])
         self.proposers = self._proposers()
+        prebuilt = getattr(backend, "prebuilt", None)
+        self.prebuilt = set(prebuilt()) if prebuilt else set()
+        self.planned: set[str] = set()  # new build keys proposed this round, not compiled yet
 
     @classmethod
     def start(cls, store: Store, backend: Backend, args: RunArgs, problems: list[Problem], **kwargs) -> "Search":
@@ -149,7 +154,20 @@ class Search:
         memory = Path(self.args.memory).read_text() if self.args.memory and Path(self.args.memory).exists() else ""
         return ProposalContext(self.arch, best=here[:CONTRAST], worst=here[-CONTRAST:][::-1] if here else [],
                                neighbour_best=sorted(near, key=lambda m: -m.speedup)[:CONTRAST], memory=memory,
-                               seen=set(self.tried.get(problem.key, set())))
+                               seen=set(self.tried.get(problem.key, set())),
+                               built=self.store.built_keys() | self.prebuilt | self.planned,
+                               can_build=self.builds_left() > 0)
+
+    def builds_left(self) -> float:
+        """New builds the run may still compile (infinite without max_builds)."""
+        if self.args.max_builds is None:
+            return math.inf
+        return self.args.max_builds - self.store.new_builds(self.run_id) - len(self.planned)
+
+    def needs_build(self, cand: Candidate) -> bool:
+        """Whether proposing `cand` takes one of the run's new builds."""
+        key = cand.build_key
+        return key not in self.prebuilt and key not in self.planned and self.store.compile_outcome(key) is None
 
     def best_speedups(self) -> dict[str, float]:
         """Problem key -> best measured speedup so far."""
@@ -178,6 +196,12 @@ class Search:
                         ok, why = check(cand, problem, self.arch)
                         if not proposal.status and not ok:
                             proposal = dataclasses.replace(proposal, status=INFEASIBLE, reason=why)
+                        if not proposal.status and self.needs_build(cand):
+                            if self.builds_left() <= 0:
+                                proposal = dataclasses.replace(proposal, status=INFEASIBLE, reason=(
+                                    f"build budget spent ({self.args.max_builds} new builds)"))
+                            else:
+                                self.planned.add(cand.build_key)
                         self.store.add_candidate(cand)
                     self.store.add_proposal(self.run_id, round_, problem, proposal, label)
                     if cand is not None:
@@ -199,11 +223,16 @@ class Search:
         """Compiles the builds the store has not seen; build key -> ok for every request's build."""
         builds = {cand.build_key: cand for cand, _ in requests}
         known = {key: self.store.compile_outcome(key) for key in builds}
+        for key in builds:
+            if known[key] is None and key in self.prebuilt:
+                known[key] = CompileOutcome(True, artifact="prebuilt", log="built into the extension's library")
+                self.store.add_compile(key, known[key], self.run_id, prebuilt=True)
         new = [cand for key, cand in builds.items() if known[key] is None]
         if new:
             for key, outcome in self.backend.compile(new).items():
-                self.store.add_compile(key, outcome)
+                self.store.add_compile(key, outcome, self.run_id)
                 known[key] = outcome
+        self.planned.clear()
         return {key: outcome.ok for key, outcome in known.items()}
 
     def evaluate(self, round_: int, requests: list[tuple[Candidate, Problem]]) -> None:

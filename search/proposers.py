@@ -32,7 +32,8 @@ class Measured:
 @dataclasses.dataclass
 class ProposalContext:
     """What a proposer knows about one problem: the GPU's arch, the fastest and slowest measured candidates of this
-    problem and of its neighbouring problems (with times), the contextual-memory text, and the ids already tried."""
+    problem and of its neighbouring problems (with times), the contextual-memory text, the ids already tried, and
+    the build keys already built (all a proposer may use once `can_build` is False)."""
 
     arch: int
     best: list[Measured] = dataclasses.field(default_factory=list)
@@ -40,6 +41,8 @@ class ProposalContext:
     neighbour_best: list[Measured] = dataclasses.field(default_factory=list)
     memory: str = ""
     seen: set[str] = dataclasses.field(default_factory=set)
+    built: set[str] = dataclasses.field(default_factory=set)
+    can_build: bool = True   # False once the run's build budget is spent: only `built` build keys may be proposed
 
 
 class Proposer(Protocol):
@@ -50,8 +53,20 @@ class Proposer(Protocol):
 
 
 def _fresh(cand: Candidate, problem: Problem, context: ProposalContext, taken: set[str]) -> bool:
-    """Whether `cand` is new for this problem and feasible on the context's arch."""
-    return cand.id not in context.seen and cand.id not in taken and check(cand, problem, context.arch)[0]
+    """Whether `cand` is new for this problem, buildable within the build budget and feasible on the arch."""
+    return (cand.id not in context.seen and cand.id not in taken and
+            (context.can_build or cand.build_key in context.built) and check(cand, problem, context.arch)[0])
+
+
+def sample_built(rng: random.Random, problem: Problem, context: ProposalContext, provenance: str) -> Candidate | None:
+    """A random already-built config of the problem's dtype and layout with random knobs (None if there is none)."""
+    configs = sorted(HgemmConfig.from_name(key) for key in context.built if not key.startswith("src_"))
+    configs = [c for c in configs if (c.dtype, c.layout) == (problem.dtype, problem.layout)]
+    if not configs:
+        return None
+    cfg = rng.choice(configs)
+    knobs = tuple(rng.choice(choices) for choices in family_module(cfg.family).KNOB_SPACE.values())
+    return Candidate(config=cfg.name, knobs=knobs, provenance=provenance)
 
 
 def candidate_of_id(candidate_id: str, provenance: str) -> Candidate:
@@ -71,14 +86,18 @@ class RandomProposer:
         self.rng = random.Random(self.seed)
 
     def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
-        """`n` new random points (fewer when the space near exhausts)."""
+        """`n` new random points (fewer when the space near exhausts); already-built kernels with random knobs once
+        the build budget is spent."""
         out: list[Proposal] = []
         taken: set[str] = set()
         for _ in range(n * MAX_DRAWS):
             if len(out) == n:
                 break
-            cand = dataclasses.replace(sample(self.rng, problem, context.arch), provenance=self.provenance)
-            if _fresh(cand, problem, context, taken):
+            if context.can_build:
+                cand = dataclasses.replace(sample(self.rng, problem, context.arch), provenance=self.provenance)
+            else:
+                cand = sample_built(self.rng, problem, context, self.provenance)
+            if cand is not None and _fresh(cand, problem, context, taken):
                 taken.add(cand.id)
                 out.append(Proposal(cand))
         return out
@@ -174,5 +193,9 @@ class PolicyProposer:
         for _ in range(n * MAX_DRAWS):
             if len(out) >= n:
                 break
-            take(self.policy.sample(problem, self.provenance))
+            cand = self.policy.sample(problem, self.provenance)
+            if not context.can_build and cand.build_key not in context.built:
+                cand = sample_built(rng, problem, context, self.provenance)  # build budget spent: built kernels
+            if cand is not None:
+                take(cand)
         return [Proposal(c) for c in out]

@@ -18,6 +18,7 @@ from typing import Any
 
 from search.backend import CompileOutcome
 from search.candidate import COMPILE_ERROR, CRASH, INCORRECT, OK, UNSUPPORTED, Candidate, EvalResult, Problem
+from search.codegen import default_configs
 from search.config import HgemmConfig
 from search.families import sm90_tma_ws
 
@@ -150,6 +151,10 @@ class SimulatedBackend:
         """A simulated H100 SXM."""
         return {"gpu_name": "Simulated H100 SXM", "arch": 90, "capability": [9, 0], "sm_count": SM_COUNT,
                 "driver": "simulated", "cuda": "simulated", "simulated": True}
+
+    def prebuilt(self) -> set[str]:
+        """The default kernel set, as if built into the extension."""
+        return {cfg.name for cfg in default_configs()}
 
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
         """Simulated builds (deterministic per build key, so a resumed run's backend agrees with the store)."""

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS compiles (
     build_key TEXT PRIMARY KEY, ok INTEGER NOT NULL, artifact TEXT NOT NULL, log TEXT NOT NULL,
-    seconds REAL NOT NULL, created REAL NOT NULL);
+    seconds REAL NOT NULL, created REAL NOT NULL, run_id TEXT NOT NULL, prebuilt INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS evaluations (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), round INTEGER NOT NULL,
     candidate_id TEXT NOT NULL REFERENCES candidates(id), problem_key TEXT NOT NULL REFERENCES problems(key),
@@ -129,9 +129,19 @@ class Store:
         return Candidate(config=row["config"], knobs=tuple(json.loads(row["knobs"])), source=row["source"],
                          source_name=row["source_name"], provenance=row["provenance"])
 
-    def add_compile(self, build_key: str, outcome: CompileOutcome) -> None:
-        self._write("INSERT OR IGNORE INTO compiles VALUES (?, ?, ?, ?, ?, ?)",
-                    (build_key, int(outcome.ok), outcome.artifact, outcome.log, outcome.seconds, time.time()))
+    def add_compile(self, build_key: str, outcome: CompileOutcome, run_id: str, prebuilt: bool = False) -> None:
+        """Records a build (compiled by `run_id`, or `prebuilt`: already in the extension's kernel library)."""
+        self._write("INSERT OR IGNORE INTO compiles VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (build_key, int(outcome.ok), outcome.artifact, outcome.log, outcome.seconds, time.time(), run_id,
+                     int(prebuilt)))
+
+    def new_builds(self, run_id: str) -> int:
+        """How many builds `run_id` compiled (prebuilt kernels not counted)."""
+        return self.query("SELECT COUNT(*) FROM compiles WHERE run_id = ? AND prebuilt = 0", (run_id,))[0][0]
+
+    def built_keys(self) -> set[str]:
+        """Every build key that compiled (or was prebuilt)."""
+        return {r[0] for r in self.query("SELECT build_key FROM compiles WHERE ok = 1")}
 
     def compile_outcome(self, build_key: str) -> CompileOutcome | None:
         """The recorded compile of a build key, or None when it was never compiled."""

@@ -34,7 +34,8 @@ def test_a_run_spends_its_budget_and_never_compiles_a_build_twice():
     search = Search.start(store, backend, RunArgs(policy="rl", budget_evals=60), PROBLEMS)
     search.run()
     assert store.evaluation_count(search.run_id) == 60
-    assert len(backend.builds) == len(set(backend.builds)) == len(store.query("SELECT * FROM compiles"))
+    assert len(backend.builds) == len(set(backend.builds)) == store.new_builds(search.run_id)
+    assert not set(backend.builds) & backend.prebuilt()  # the extension's kernels are never compiled
     statuses = {r["status"] for r in store.evaluations(search.run_id)}
     assert OK in statuses
     assert len(store.query("SELECT * FROM policy_snapshots")) >= 2
@@ -47,9 +48,20 @@ def test_a_run_spends_its_budget_and_never_compiles_a_build_twice():
     assert reused  # the second run ran, reusing the first run's builds where it met them
 
 
+def test_build_budget_limits_new_builds_and_the_run_goes_on_with_built_kernels():
+    store, backend = Store(":memory:"), CountingBackend()
+    for policy in ("rl", "random"):
+        search = Search.start(store, backend, RunArgs(policy=policy, budget_evals=60, max_builds=3), PROBLEMS)
+        search.run()
+        assert store.new_builds(search.run_id) <= 3 and store.evaluation_count(search.run_id) == 60
+        used = {r["candidate_id"].split("@")[0] for r in store.evaluations(search.run_id)}
+        assert used <= store.built_keys() | {k for k in backend.builds}
+    assert len(backend.builds) <= 6
+
+
 def test_compile_only_then_resume_evaluates_the_compiled_proposals():
     store, backend = Store(":memory:"), CountingBackend()
-    first = Search.start(store, backend, RunArgs(policy="sweep", compile_only=True, budget_evals=30), PROBLEMS)
+    first = Search.start(store, backend, RunArgs(policy="random", compile_only=True, budget_evals=30), PROBLEMS)
     first.run()
     assert store.evaluation_count(first.run_id) == 0 and backend.builds
     proposed = {(r["candidate_id"], r["problem_key"]) for r in store.proposals(first.run_id) if not r["status"]}

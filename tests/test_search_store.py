@@ -24,8 +24,8 @@ def test_records_round_trip_and_duplicates_are_refused(tmp_path):
     run = store.create_run("rl", {"seed": 1}, {"gpu_name": "g", "arch": 90}, [PROBLEM])
     store.add_candidate(CAND)
     assert store.candidate(CAND.id) == CAND
-    store.add_compile(CAND.build_key, CompileOutcome(True, "a.so", "log", 2.0))
-    store.add_compile(CAND.build_key, CompileOutcome(False, "", "again", 9.0))  # ignored: compiled once
+    store.add_compile(CAND.build_key, CompileOutcome(True, "a.so", "log", 2.0), run)
+    store.add_compile(CAND.build_key, CompileOutcome(False, "", "again", 9.0), run)  # ignored: compiled once
     assert store.compile_outcome(CAND.build_key) == CompileOutcome(True, "a.so", "log", 2.0)
     result = EvalResult(OK, us=1.0, baseline_us=1.5, case_speedups=[1.5], max_rel_err=1e-4, gpu={"gpu_name": "g"})
     store.add_evaluation(run, 0, CAND, PROBLEM, result, 1.4)
