@@ -55,6 +55,7 @@ def test_local_backend_evaluates_builds_from_a_carried_manifest(tmp_path):
                                     (Candidate(config="never"), PROBLEM)])
         assert [r.status for r in results] == [OK, COMPILE_ERROR, COMPILE_ERROR]
         assert "was not compiled" in results[2].reason
+        assert "built" in backend.available_builds() and "failed" not in backend.available_builds()
         assert backend.environment()["gpu_name"] == "selftest"
     finally:
         backend.close()

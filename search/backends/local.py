@@ -73,6 +73,11 @@ class LocalBackend:
                 results[i] = result
         return results
 
+    def available_builds(self) -> set[str]:
+        """Build keys that need no compile: configs of the installed kernel library and successful builds already
+        in the artifacts folder (a run's build budget counts only the others)."""
+        return set(self.farm.prebuilt) | set(artifact_paths(self.farm.artifacts))
+
     def environment(self) -> dict[str, Any]:
         """The evaluating GPU's environment, from the first worker (compile-only: the target arch and nvcc)."""
         if self.compile_only:
