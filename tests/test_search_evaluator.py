@@ -55,7 +55,6 @@ def test_local_backend_evaluates_builds_from_a_carried_manifest(tmp_path):
                                     (Candidate(config="never"), PROBLEM)])
         assert [r.status for r in results] == [OK, COMPILE_ERROR, COMPILE_ERROR]
         assert "was not compiled" in results[2].reason
-        assert "built" in backend.available_builds() and "failed" not in backend.available_builds()
         assert backend.environment()["gpu_name"] == "selftest"
     finally:
         backend.close()
@@ -75,3 +74,14 @@ def test_arch_targets():
     assert nvcc_archs(90) == ["90a"] and nvcc_archs(80) == ["80"] and nvcc_archs(89) == ["89"]
     with pytest.raises(ValueError, match="sm80..sm90"):
         nvcc_archs(100)
+
+
+def test_prebuilt_kernels_are_evaluated_without_a_compile(tmp_path):
+    backend = LocalBackend(tmp_path, arch=90, gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
+    backend.farm.prebuilt = {"installed_kernel": tmp_path / "libinstalled.so"}
+    try:
+        assert backend.prebuilt() == {"installed_kernel"}
+        (result,) = backend.evaluate([(Candidate(config="installed_kernel"), PROBLEM)])
+        assert result.status == OK
+    finally:
+        backend.close()

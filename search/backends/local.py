@@ -54,11 +54,11 @@ class LocalBackend:
         return outcomes
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
-        """Verdicts in request order; a candidate without a successful build is a COMPILE_ERROR (the build log's
-        tail, or "not compiled" when it was never built into this artifacts folder)."""
+        """Verdicts in request order; a candidate neither prebuilt nor successfully built is a COMPILE_ERROR (the
+        build log's tail, or "not compiled" when it was never built into this artifacts folder)."""
         if self.compile_only:
             raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
-        libraries = artifact_paths(self.farm.artifacts)
+        libraries = {**self.farm.prebuilt, **artifact_paths(self.farm.artifacts)}
         results: list[EvalResult | None] = [None] * len(requests)
         runnable = []
         for i, (cand, problem) in enumerate(requests):
@@ -73,10 +73,9 @@ class LocalBackend:
                 results[i] = result
         return results
 
-    def available_builds(self) -> set[str]:
-        """Build keys that need no compile: configs of the installed kernel library and successful builds already
-        in the artifacts folder (a run's build budget counts only the others)."""
-        return set(self.farm.prebuilt) | set(artifact_paths(self.farm.artifacts))
+    def prebuilt(self) -> set[str]:
+        """Build keys that need no compile: the configs of the installed kernel library (evaluated from it)."""
+        return set(self.farm.prebuilt)
 
     def environment(self) -> dict[str, Any]:
         """The evaluating GPU's environment, from the first worker (compile-only: the target arch and nvcc)."""

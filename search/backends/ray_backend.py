@@ -14,7 +14,7 @@ from typing import Any, Callable
 from search.backend import CompileOutcome
 from search.backends.local import LocalBackend, nvcc_archs
 from search.candidate import Candidate, EvalResult, Problem
-from search.compile_farm import CompileFarm, artifact_paths, installed_kernels, nvcc_banner
+from search.compile_farm import CompileFarm, installed_kernels, nvcc_banner
 
 
 class EvaluatorActor:
@@ -26,10 +26,9 @@ class EvaluatorActor:
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
         return self.evaluator.evaluate(requests)
 
-    def available_builds(self) -> set[str]:
-        """Build keys that need no compile: configs of the installed kernel library and successful builds already
-        in the artifacts folder (a run's build budget counts only the others)."""
-        return set(self.farm.prebuilt) | set(artifact_paths(self.farm.artifacts))
+    def prebuilt(self) -> set[str]:
+        """Build keys that need no compile: the configs of the installed kernel library (evaluated from it)."""
+        return set(self.farm.prebuilt)
 
     def environment(self) -> dict[str, Any]:
         return self.evaluator.environment()
