@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -19,12 +20,25 @@
 namespace cudal2 {
 namespace {
 
-// explain() and time_linear_stages() decide for a call whose output is not allocated yet: they stand in this address for
-// the fresh [M, N] output the call would allocate (16-byte aligned, ldd = N). Kernels' can_implement never
+// explain() and time_linear_stages() decide for a call whose output is not allocated yet: they stand in this
+// address for the fresh [M, N] output the call would allocate (16-byte aligned, ldd = N). Kernels' can_implement never
 // dereferences it.
 void assume_fresh_output(GemmArgs& g) {
   g.d = reinterpret_cast<void*>(uintptr_t{4096});
   g.ldd = g.n;
+}
+
+// Runs an entry with C++ warnings (TORCH_WARN, e.g. torch resizing an out= tensor) raised as Python warnings, as
+// torch's own bindings do; otherwise they print to stderr, out of reach of Python's warning filters.
+template <typename Entry>
+at::Tensor with_python_warnings(Entry&& entry) {
+  torch::PyWarningHandler handler;
+  try {
+    return entry();
+  } catch (...) {
+    handler.set_in_exception();  // the warnings are still raised; the exception propagates unchanged
+    throw;
+  }
 }
 
 cudal2_layout parse_layout(const std::string& layout) {
@@ -142,8 +156,9 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b, const std::opti
 
 // Host nanoseconds per call of each stage of an eager linear (no bias) as `linear_entry` runs it, averaged over
 // `iters` calls of each stage alone: `direct_check` (may the call skip the dispatcher), `route` (validation, strides,
-// alignment), `decide` (table lookup or cuBLASLt plan, workspace), `allocate` (the output), and `call` (the whole C++
-// entry, launch included). `call` minus the others is the launch; Python's cost is what a Python-level timing adds.
+// alignment), `decide` (the decision of a repeated problem, cuBLASLt plan lookup, workspace), `allocate` (the output),
+// and `call` (the whole C++ entry, launch included). `call` less the others is the launch; the Python wrapper and the
+// binding entry are what a Python-level timing adds.
 pybind11::dict time_linear_stages(const at::Tensor& x, const at::Tensor& weight, int iters) {
   c10::cuda::CUDAGuard guard(x.device());
   const RightOperand w{weight, true};
@@ -164,7 +179,8 @@ pybind11::dict time_linear_stages(const at::Tensor& x, const at::Tensor& weight,
   out["decide"] = per_call_ns([&] {
     GemmArgs g = route.args;
     assume_fresh_output(g);
-    const Decision d = Dispatcher::instance().decide(g);
+    int sm_count = 0;
+    const Decision& d = Dispatcher::instance().cached_decision(g, &sm_count);
     if (d.path == Path::kCublasLt) (void)CublasLtGemm::instance().plan(g);
     (void)workspace_for(g.device, g.stream);
   });
@@ -236,17 +252,26 @@ TORCH_LIBRARY_IMPL(cudal2, CUDA, m) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace cudal2;
   m.doc() = "cudal2 compiled extension: dispatcher, cuBLASLt fallback, kernel registry";
-  m.def("matmul", &matmul_entry, pybind11::arg("a"), pybind11::arg("b"),
+  m.def("matmul", [](const at::Tensor& a, const at::Tensor& b) {
+    return with_python_warnings([&] { return matmul_entry(a, b); });
+  }, pybind11::arg("a"), pybind11::arg("b"),
         "cudal2.matmul for eager calls (the op's kernel directly unless the dispatcher must see the call).");
-  m.def("matmul_out", &matmul_out_entry, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("out"),
+  m.def("matmul_out", [](const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+    return with_python_warnings([&] { return matmul_out_entry(a, b, out); });
+  }, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("out"),
         "cudal2.matmul(a, b, out=out) for eager and compiled calls.");
-  m.def("linear", &linear_entry, pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("bias") = pybind11::none(),
+  m.def("linear", [](const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+    return with_python_warnings([&] { return linear_entry(x, weight, bias); });
+  }, pybind11::arg("x"), pybind11::arg("weight"), pybind11::arg("bias") = pybind11::none(),
         "cudal2.linear for eager calls (the op's kernel directly unless the dispatcher must see the call).");
   m.def("direct_call_allowed", [](const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias) {
     return direct_call_allowed(a, b, bias_or_null(bias));
   }, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("bias") = pybind11::none(),
         "Whether _C.matmul/linear would skip the dispatcher for these tensors in the current thread state.");
-  m.def("linear_out", &linear_out_entry, pybind11::arg("x"), pybind11::arg("weight"),
+  m.def("linear_out", [](const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         at::Tensor& out) {
+    return with_python_warnings([&] { return linear_out_entry(x, weight, bias, out); });
+  }, pybind11::arg("x"), pybind11::arg("weight"),
         pybind11::arg("bias") = pybind11::none(), pybind11::kw_only(), pybind11::arg("out"),
         "cudal2.linear into out= for compiled code (below autograd).");
   m.def("load_kernel_library", [](const std::string& path) { return KernelRegistry::instance().load_library(path); },

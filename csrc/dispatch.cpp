@@ -182,11 +182,7 @@ void Dispatcher::log_once(const GemmArgs& g, const Decision& d) {
   std::fprintf(stderr, ")\n");
 }
 
-bool Dispatcher::run(const GemmArgs& g) {
-  // A decision depends on the table, the config and what lt_plan_key holds (shape, strides, dtype, layout, bias,
-  // pointer alignments up to 16 bytes, device): everything a kernel's can_implement reads. A thread's repeated calls
-  // of one problem (a model's steady state) reuse its last decision, skipping the table lookup and the kernel's
-  // can_implement / workspace queries.
+const Decision& Dispatcher::cached_decision(const GemmArgs& g, int* sm_count) {
   struct CachedDecision {
     LtPlanKey key{-1};
     uint64_t generation = 0;
@@ -202,10 +198,16 @@ bool Dispatcher::run(const GemmArgs& g) {
     last.key = key;
     last.generation = generation;
   }
-  const Decision& d = last.decision;
+  *sm_count = last.sm_count;
+  return last.decision;
+}
+
+bool Dispatcher::run(const GemmArgs& g) {
+  int sm_count = 0;
+  const Decision& d = cached_decision(g, &sm_count);
   const Workspace ws = workspace_for(g.device, g.stream);
   if (d.path == Path::kKernel) {
-    const cudal2_problem p = make_problem(g, d.entry, ws, last.sm_count);
+    const cudal2_problem p = make_problem(g, d.entry, ws, sm_count);
     if (d.entry.kernel->launch(&p) == CUDAL2_OK) return true;
     cudaGetLastError();  // clear a failed launch and fall back
   }

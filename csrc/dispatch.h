@@ -53,8 +53,14 @@ class Dispatcher {
 
   Decision decide(const GemmArgs& g);
 
-  // Runs g on g.stream; false when neither a kernel nor cuBLASLt can (the caller then uses torch). A thread's
-  // repeated calls of one problem reuse its last decision (see run()).
+  // decide(g), reused from this thread's previous call when nothing it depends on changed: the table, the config and
+  // what lt_plan_key holds (shape, strides, dtype, layout, bias, pointer alignments up to 16 bytes, device), i.e.
+  // everything a kernel's can_implement reads. So a model's repeated calls skip the table lookup and the kernel's
+  // can_implement / workspace queries. `sm_count` receives the device's SM count.
+  const Decision& cached_decision(const GemmArgs& g, int* sm_count);
+
+  // Runs g on g.stream with cached_decision(g); false when neither a kernel nor cuBLASLt can (the caller then uses
+  // torch).
   bool run(const GemmArgs& g);
 
  private:

@@ -37,7 +37,7 @@ def test_linear_parity_with_torch(case):
 def test_bias_forms_take_the_tuned_path_where_it_applies(dtype, bias_shape, fused):
     """[N], [1, N], [1] and 0-d biases are fused (table kernel or cuBLASLt); others run F.linear. Both give torch's
     result."""
-    x, w = values((33, 64), dtype, "cuda"), values((96, 64), dtype, "cuda")
+    x, w = values((33, 48), dtype, "cuda"), values((96, 48), dtype, "cuda")  # |sums| <= 194: exact in bf16
     bias = values(bias_shape, dtype, "cuda")
     path = cudal2_ops.explain(x, w, bias, layout="nt")["path"]
     assert (path in ("kernel", "cublaslt")) == fused, path
