@@ -237,7 +237,9 @@ class Search:
 
     def evaluate(self, round_: int, requests: list[tuple[Candidate, Problem]]) -> None:
         """Compiles, evaluates (in chunks, within budget), stores and learns from `requests`."""
+        began = time.monotonic()
         built = self.compile(requests)
+        self.store.add_elapsed(self.run_id, time.monotonic() - began)
         for start in range(0, len(requests), self.args.chunk):
             if self.done():
                 return
