@@ -2,7 +2,9 @@
 `search.table_select`), plus the generated source of every kernel the table names.
 
 Config kernels are rendered by `search.codegen.write_kernel`; search-written sources are written to
-`kernels/<arch_dir>/<source_name>.cu` as they are. One table per GPU the store's evaluations ran on.
+`kernels/<arch_dir>/<source_name>.cu` as they are. One table per GPU the store's evaluations ran on. An existing
+table of the same GPU (name and SM count) is merged: the search replaces the entries of the problems it measured
+(a kernel, or cuBLASLt where nothing won) and keeps the others; the header's `kept_from` records the older source.
 """
 from __future__ import annotations
 
@@ -58,6 +60,20 @@ def sweep_of(store: Store, run_id: str | None = None) -> list[dict]:
     return sweeps
 
 
+def merge_into(existing: dict, table: dict, sweep: dict) -> dict:
+    """`table` plus the entries of `existing` (same GPU) for problems the sweep did not measure; a table of another
+    GPU (SM count differs) is replaced."""
+    old, new = existing["header"], table["header"]
+    if (old.get("gpu_name"), old.get("sm_count")) != (new["gpu_name"], new["sm_count"]):
+        return table
+    measured = {f"{r['layout']}_{r['dtype']}_{r['m']}_{r['n']}_{r['k']}" for r in sweep["rows"]}
+    kept = {key: entry for key, entry in existing["entries"].items() if key not in measured}
+    header = {**new, "kept_from": {"search_run": old.get("search_run"), "entries": len(kept)}}
+    header["rules"] = {"nearest_m_up": bool(new["rules"]["nearest_m_up"] and old.get("rules", {}).get(
+        "nearest_m_up", False))}
+    return {"header": header, "entries": dict(sorted({**kept, **table["entries"]}.items()))}
+
+
 def emit(store: Store, root: Path, kernel_budget: int = DEFAULT_KERNEL_BUDGET, margin: float = DEFAULT_MARGIN,
          run_id: str | None = None) -> list[Path]:
     """Writes each GPU's table and its kernels' sources under `root`; the paths written (tables first)."""
@@ -65,10 +81,12 @@ def emit(store: Store, root: Path, kernel_budget: int = DEFAULT_KERNEL_BUDGET, m
     for sweep in sweep_of(store, run_id):
         table = build_table(sweep, margin, kernel_budget)
         path = table_path(root, sweep["environment"])
+        if path.exists():
+            table = merge_into(json.loads(path.read_text()), table, sweep)
         write_if_changed(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
         written.append(path)
         ids = {c["kernel"]: c["candidate_id"] for row in sweep["rows"] for c in row["candidates"]}
-        for kernel in sorted({e["kernel"] for e in table["entries"].values()}):
+        for kernel in sorted({e["kernel"] for e in table["entries"].values()} & set(ids)):  # kept ones exist
             cand = store.candidate(ids[kernel])
             if cand.config:
                 written.append(write_kernel(HgemmConfig.from_name(cand.config), root))

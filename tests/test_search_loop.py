@@ -120,6 +120,26 @@ def test_cli_run_resume_report_emit_export(tmp_path, monkeypatch, capsys):
     assert lines[0]["prompt"] == "the prompt" and lines[0]["reward"] == -1.0 and lines[0]["status"] == MALFORMED
 
 
+def test_emit_keeps_existing_entries_of_problems_it_did_not_measure(tmp_path):
+    store = Store(tmp_path / "s.db")
+    Search.start(store, SimulatedBackend(), RunArgs(budget_evals=60), PROBLEMS).run()
+    root = tmp_path / "kernels"
+    table_file = root / "sm90" / "simulated_h100_sxm.json"
+    table_file.parent.mkdir(parents=True)
+    old_entry = {"kernel": "older_kernel", "splits": 0, "swizzle": 0, "raster": 0, "kernel_us": 1.0,
+                 "baseline_us": 2.0, "baseline": "cublaslt-autotune", "speedup": 2.0, "provenance": "sweep"}
+    env = SimulatedBackend().environment()
+    measured_key = PROBLEMS[0].key
+    table_file.write_text(json.dumps({"header": {"gpu_name": env["gpu_name"], "sm_count": env["sm_count"],
+                                                 "search_run": "old-sweep", "rules": {"nearest_m_up": False}},
+                                      "entries": {"nt_bf16_1_4096_4096": old_entry, measured_key: old_entry}}))
+    cli.main(["emit", "--store", str(tmp_path / "s.db"), "--root", str(root)])
+    table = json.loads(table_file.read_text())
+    assert table["entries"]["nt_bf16_1_4096_4096"] == old_entry
+    assert table["entries"].get(measured_key, {}).get("kernel") != "older_kernel"
+    assert table["header"]["kept_from"] == {"search_run": "old-sweep", "entries": 1}
+
+
 def test_emit_without_measurements_says_so(tmp_path):
     with pytest.raises(ValueError, match="no correct measured candidate"):
         cli.main(["emit", "--store", str(tmp_path / "empty.db"), "--root", str(tmp_path)])
