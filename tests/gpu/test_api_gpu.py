@@ -218,6 +218,26 @@ def test_explain_reports_cublaslt_choice():
     assert (info["m"], info["n"], info["k"], info["layout"]) == (64, 128, 256, "nt")
 
 
+def test_config_change_expires_the_cached_decision():
+    """Repeated calls of one problem reuse the thread's cached dispatch decision; switching table kernels off must
+    expire it: the next call decides again (logged by CUDAL2_PRINT_CONFIGS) for cuBLASLt, and results stay exact
+    (checked in a subprocess, whose stderr carries the log)."""
+    code = ("import torch, cudal2_ops\n"
+            "from cudal2_ops._extension import _C\n"
+            "x = torch.randint(-2, 3, (64, 256), device='cuda').half()\n"
+            "w = torch.randint(-2, 3, (128, 256), device='cuda').half()\n"
+            "want = torch.nn.functional.linear(x, w)\n"
+            "assert all(torch.equal(cudal2_ops.linear(x, w), want) for _ in range(3))\n"
+            "_C.set_config(False, False, True)\n"
+            "assert all(torch.equal(cudal2_ops.linear(x, w), want) for _ in range(3))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CUDAL2_PRINT_CONFIGS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    decisions = [line for line in proc.stderr.splitlines() if line.startswith("[cudal2] nt_fp16_64_128_256")]
+    assert len(decisions) == 2, proc.stderr
+    assert "table kernels disabled" in decisions[1], decisions
+
+
 def test_table_entry_routes_to_its_kernel(tmp_path):
     """A table naming a loaded kernel for one shape sends that shape to the kernel (checked in a subprocess)."""
     from cudal2_ops import _extension
