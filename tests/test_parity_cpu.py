@@ -21,7 +21,8 @@ import cudal2_ops
 
 needs_ext = pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
 
-CPU_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.complex64]
+CPU_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.uint8,
+              torch.bool, torch.complex64, torch.complex128]
 VIEW_FORMS = ["contiguous", "transposed", "strided", "expanded", "overlapping", "offset"]
 # The bias forms F.linear accepts for some input, and some it rejects: "fused" forms are added in cudal2's epilogue.
 BIAS_FORMS = ["none", "n", "one", "scalar", "row", "one_one", "output", "broadcast", "wrong_size", "other_dtype"]
