@@ -61,13 +61,19 @@ def sweep_of(store: Store, run_id: str | None = None) -> list[dict]:
 
 
 def merge_into(existing: dict, table: dict, sweep: dict) -> dict:
-    """`table` plus the entries of `existing` (same GPU) for problems the sweep did not measure; a table of another
-    GPU (SM count differs) is replaced."""
+    """`table` plus the entries of `existing` (same GPU) that the sweep gives no reason to drop: every entry of a
+    problem the sweep did not measure, and the entry of a measured problem without a new winner unless the sweep timed
+    that entry's own kernel and knobs there (a few candidates that all lose to cuBLASLt say nothing about an older
+    winner they did not try). A table of another GPU (SM count differs) is replaced."""
     old, new = existing["header"], table["header"]
     if (old.get("gpu_name"), old.get("sm_count")) != (new["gpu_name"], new["sm_count"]):
         return table
-    measured = {f"{r['layout']}_{r['dtype']}_{r['m']}_{r['n']}_{r['k']}" for r in sweep["rows"]}
-    kept = {key: entry for key, entry in existing["entries"].items() if key not in measured}
+    tried = {f"{r['layout']}_{r['dtype']}_{r['m']}_{r['n']}_{r['k']}":
+             {(c["kernel"], c.get("splits", 0), c.get("swizzle", 0), c.get("raster", 0)) for c in r["candidates"]}
+             for r in sweep["rows"]}
+    kept = {key: entry for key, entry in existing["entries"].items() if key not in table["entries"] and
+            (entry["kernel"], entry.get("splits", 0), entry.get("swizzle", 0), entry.get("raster", 0))
+            not in tried.get(key, set())}
     header = {**new, "kept_from": {"search_run": old.get("search_run"), "entries": len(kept)}}
     header["rules"] = {"nearest_m_up": bool(new["rules"]["nearest_m_up"] and old.get("rules", {}).get(
         "nearest_m_up", False))}

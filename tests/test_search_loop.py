@@ -120,7 +120,7 @@ def test_cli_run_resume_report_emit_export(tmp_path, monkeypatch, capsys):
     assert lines[0]["prompt"] == "the prompt" and lines[0]["reward"] == -1.0 and lines[0]["status"] == MALFORMED
 
 
-def test_emit_keeps_existing_entries_of_problems_it_did_not_measure(tmp_path):
+def test_emit_keeps_existing_entries_the_run_gives_no_reason_to_drop(tmp_path):
     store = Store(tmp_path / "s.db")
     Search.start(store, SimulatedBackend(), RunArgs(budget_evals=60), PROBLEMS).run()
     root = tmp_path / "kernels"
@@ -129,15 +129,22 @@ def test_emit_keeps_existing_entries_of_problems_it_did_not_measure(tmp_path):
     old_entry = {"kernel": "older_kernel", "splits": 0, "swizzle": 0, "raster": 0, "kernel_us": 1.0,
                  "baseline_us": 2.0, "baseline": "cublaslt-autotune", "speedup": 2.0, "provenance": "sweep"}
     env = SimulatedBackend().environment()
-    measured_key = PROBLEMS[0].key
+    measured_key, untried_key = PROBLEMS[0].key, PROBLEMS[1].key
+    timed = next(r for r in store.evaluations() if r["problem_key"] == measured_key and r["status"] == OK)
+    cand = store.candidate(timed["candidate_id"])
+    timed_entry = {**old_entry, "kernel": cand.kernel_name, "splits": cand.knobs[0], "swizzle": cand.knobs[1],
+                   "raster": cand.knobs[2]}
     table_file.write_text(json.dumps({"header": {"gpu_name": env["gpu_name"], "sm_count": env["sm_count"],
                                                  "search_run": "old-sweep", "rules": {"nearest_m_up": False}},
-                                      "entries": {"nt_bf16_1_4096_4096": old_entry, measured_key: old_entry}}))
+                                      "entries": {"nt_bf16_1_4096_4096": old_entry, measured_key: timed_entry,
+                                                  untried_key: old_entry}}))
     cli.main(["emit", "--store", str(tmp_path / "s.db"), "--root", str(root)])
     table = json.loads(table_file.read_text())
-    assert table["entries"]["nt_bf16_1_4096_4096"] == old_entry
-    assert table["entries"].get(measured_key, {}).get("kernel") != "older_kernel"
-    assert table["header"]["kept_from"] == {"search_run": "old-sweep", "entries": 1}
+    assert table["entries"]["nt_bf16_1_4096_4096"] == old_entry          # a problem the run did not measure
+    assert table["entries"].get(measured_key) != timed_entry             # the run timed this entry: its verdict wins
+    new = table["entries"][untried_key]                                  # measured, but the old kernel never tried:
+    assert new == old_entry or new["provenance"] != "sweep"              # kept unless the run found a winner
+    assert table["header"]["kept_from"]["search_run"] == "old-sweep"
 
 
 def test_emit_without_measurements_says_so(tmp_path):
