@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from build_tools import kernel_lib
 from search import codegen
 from search.config import HgemmConfig, Knobs
 from search.families import sm90_tma_ws as fam
@@ -147,12 +148,17 @@ def test_default_set_has_the_standard_hopper_configs() -> None:
                 f"sm90_tma_ws_fp16_{layout}_128x128x64_s0_c1x2_pingpong_persistent"} <= names
 
 
-def test_default_set_keeps_the_committed_tables_kernels() -> None:
-    """Every sm90 kernel a committed table names is still built by default."""
-    names = {c.name for c in fam.default_configs()}
+def test_committed_tables_kernels_are_generated_and_built() -> None:
+    """Every sm90 kernel a committed table names is a feasible config whose committed source is exactly codegen's
+    output (not hand-edited), and the extension build compiles it (tables' kernels plus the default set)."""
+    built = kernel_lib.table_kernel_names() | kernel_lib.default_kernel_names()
     for path in codegen.KERNELS_DIR.glob("sm90/*.json"):
         used = {e["kernel"] for e in json.loads(path.read_text())["entries"].values()}
-        assert {k for k in used if k.startswith(fam.FAMILY)} <= names, path
+        for name in sorted(k for k in used if k.startswith(fam.FAMILY)):
+            assert name in built, (path, name)
+            cfg = HgemmConfig.from_name(name)
+            assert fam.feasible(cfg, 90)[0], (path, name)
+            assert (codegen.KERNELS_DIR / cfg.arch_dir / f"{name}.cu").read_text() == codegen.render(cfg), name
 
 
 def test_knob_grid_adds_splits_only_for_stream_k() -> None:

@@ -1,11 +1,13 @@
 """Table selection from sweep rows: only correct kernels that beat the baseline by the margin, under a budget."""
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 
 from cudal2_ops import tables
-from search import table_select
+from search import emit, table_select
+from search.store import Store
 
 ENV = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "capability": [9, 0], "cuda": "13.0"}
 
@@ -73,15 +75,30 @@ def test_sweeps_of_different_gpus_do_not_merge():
                                    {"run_id": "y", "environment": other, "protocol": "p", "rows": []}])
 
 
-def test_committed_table_is_reproduced_from_its_sweeps(tmp_path):
-    """The H200 table is exactly what table_select builds from the committed sweeps its header names (plain and
-    gzipped files), so no entry is hand-edited."""
+def test_committed_tables_are_reproduced_from_their_results(tmp_path):
+    """Each committed sm90 table is exactly what the tools build from the committed results its header names: the
+    sweeps through table_select, then (H200) the search store through `search emit`, merged. No entry is hand-edited."""
     root = Path(__file__).resolve().parent.parent
-    results = root / "benchmarks" / "results" / "nvidia_h200"
-    sweeps = [results / "sweep_2026-11-23_cc51879.json", results / "sweep_small_m_2026-11-23_be3d17d.json.gz",
-              results / "sweep_small_m_cold_2026-11-23_15a943c.json.gz"]
-    assert table_select.main([*map(str, sweeps), "--root", str(tmp_path)]) == 0
-    built = json.loads((tmp_path / "sm90" / "nvidia_h200.json").read_text())
-    committed = json.loads((root / "kernels" / "sm90" / "nvidia_h200.json").read_text())
-    assert built == committed
-    assert committed["header"]["search_run"] == "+".join(table_select.read_sweep(p)["run_id"] for p in sweeps)
+    results = root / "benchmarks" / "results"
+    h200, h100 = results / "nvidia_h200", results / "nvidia_h100_80gb_hbm3"
+    sweeps = {"nvidia_h200": [h200 / "sweep_2026-11-23_cc51879.json", h200 / "sweep_small_m_2026-11-23_be3d17d.json.gz",
+                              h200 / "sweep_small_m_cold_2026-11-23_15a943c.json.gz"],
+              "nvidia_h100_80gb_hbm3": [h100 / "sweep_2026-11-25_a3fd6a0.json.gz"]}
+    for slug, files in sweeps.items():
+        out = tmp_path / slug
+        assert table_select.main([*map(str, files), "--root", str(out)]) == 0
+        built_path = out / "sm90" / f"{slug}.json"
+        swept = json.loads(built_path.read_text())
+        assert swept["header"]["search_run"] == "+".join(table_select.read_sweep(p)["run_id"] for p in files)
+        if slug == "nvidia_h200":
+            store_path = tmp_path / "store.sqlite"
+            store_path.write_bytes(gzip.decompress((h200 / "search_store_2026-11-25_4a7bcf5.sqlite.gz").read_bytes()))
+            store = Store(store_path)
+            try:
+                emit.emit(store, out)
+            finally:
+                store.close()
+            assert json.loads(built_path.read_text())["header"]["kept_from"]["search_run"] == \
+                swept["header"]["search_run"]
+        committed = json.loads((root / "kernels" / "sm90" / f"{slug}.json").read_text())
+        assert json.loads(built_path.read_text()) == committed, slug
