@@ -35,6 +35,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--shapes", choices=("g1000", "llm", "odd"), default="g1000")
     p.add_argument("--sample", type=int, default=None, help="stratified sample of this many shapes")
     p.add_argument("--seed", type=int, default=0, help="sampling, input and shuffling seed")
+    p.add_argument("--below-mnk-log2", type=int, default=None, metavar="B",
+                   help="only shapes with M*N*K < 2^B (after sampling), e.g. 30 for the small-problem targets")
     p.add_argument("--layouts", type=_csv(("nt", "nn")), default=["nt", "nn"])
     p.add_argument("--dtypes", type=_csv(tuple(runner.DTYPES)), default=["fp16"])
     p.add_argument("--modes", type=_csv(runner.MODES), default=["kernel", "offline"])
@@ -51,8 +53,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run_name(args: argparse.Namespace) -> str:
     """Default results file stem, e.g. g1000_nt-nn_fp16_kernel-offline_warm."""
-    return "_".join([shapes.set_label(args.shapes, args.sample), "-".join(args.layouts), "-".join(args.dtypes),
+    return "_".join([shape_label(args), "-".join(args.layouts), "-".join(args.dtypes),
                      "-".join(args.modes), args.l2])
+
+
+def shape_label(args: argparse.Namespace) -> str:
+    """The shape set as the summary names it, e.g. "g1000", "g1000-sample100", "g1000-below2pow30"."""
+    label = shapes.set_label(args.shapes, args.sample)
+    return label if args.below_mnk_log2 is None else f"{label}-below2pow{args.below_mnk_log2}"
+
+
+def select_shapes(args: argparse.Namespace) -> list[shapes.Shape]:
+    """The shapes to run: the set, sampled, then limited to M*N*K < 2^B when --below-mnk-log2 B is given."""
+    shape_list = shapes.load(args.shapes, args.sample, args.seed)
+    if args.below_mnk_log2 is None:
+        return shape_list
+    return [(m, n, k) for m, n, k in shape_list if m * n * k < 2 ** args.below_mnk_log2]
 
 
 def todo_for(shape: shapes.Shape, dtype: str, impl_list: list[impls.Impl], modes: list[str],
@@ -74,8 +90,8 @@ def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_nam
         return doc
     head["roofline"] = env.measure_roofline()
     head["wall_s"] = 0.0
-    protocol = {"shapes": shapes.set_label(args.shapes, args.sample), "shape_set": args.shapes, "n_shapes": n_shapes,
-                "sample": args.sample, "seed": args.seed, "layouts": args.layouts, "dtypes": args.dtypes,
+    protocol = {"shapes": shape_label(args), "shape_set": args.shapes, "n_shapes": n_shapes,
+                "sample": args.sample, "below_mnk_log2": args.below_mnk_log2, "seed": args.seed, "layouts": args.layouts, "dtypes": args.dtypes,
                 "modes": args.modes, "l2": args.l2, "impls": impl_names, "unavailable": unavailable,
                 "tolerance": check.TOLERANCE, "settings": vars(settings) | {"modes": list(settings.modes)},
                 "reference": "cudal2_ops.correctness.reference (fp32, no TF32, no reduced-precision reductions)",
@@ -93,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm import tqdm
 
-    shape_list = shapes.load(args.shapes, args.sample, args.seed)
+    shape_list = select_shapes(args)
     impl_list, unavailable = impls.build(args.impls, args.layouts)
     for name, why in unavailable.items():
         print(f"skipping {name}: {why}", file=sys.stderr)

@@ -3,7 +3,9 @@
 #
 #   scripts/gpu_check.sh OUT_DIR STAGE [STAGE ...]
 #
-# Stages: build, tests, latency, search (python -m search run with the RL policy, then random search at the same
+# Stages: build, tests, latency, protocol (G1000 sample100 kernel mode three ways: replays of about 1 ms, replays of
+# about 0.03 ms (a few calls, as an independent harness runs them), and PDL off; $PROTOCOL_IMPLS), small (offline mode on
+# G1000 shapes with M*N*K < 2^30, kernel mode below 2^32), search (python -m search run with the RL policy, then random search at the same
 # evaluation budget, into OUT_DIR/search.sqlite; SEARCH_SHAPES / SEARCH_EVALS / SEARCH_MINUTES / SEARCH_POLICIES; then the
 # run report), search-emit (the searched table and kernel sources from that store, then a rebuild), sweep, sweep-cold, fuzz, sanitize, bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
@@ -24,6 +26,7 @@ mkdir -p "$OUT_DIR"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 SUMMARY="$OUT_DIR/summary.txt"
+PROTOCOL_IMPLS=${PROTOCOL_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn}
 GPU_SLUG=$("$PY" -c "import torch; from cudal2_ops.tables import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))" 2>/dev/null || echo unknown_gpu)
 
 stage() {  # stage NAME COMMAND...: runs COMMAND with its log in OUT_DIR/NAME.log, records status and duration
@@ -58,6 +61,16 @@ run_stage() {
                     --dtypes fp16 --modes server --out "$OUT_DIR/g1000_server.json" ;;
     bench-llm) stage bench_llm "$PY" -m benchmarks.grid --shapes llm --layouts nt --dtypes fp16,bf16 \
                  --modes kernel --out "$OUT_DIR/llm_kernel.json" ;;
+    protocol) for v in default:1:0 short:0.03:0 nopdl:1:1; do  # name:target_ms:pdl_off, G1000 sample100 kernel mode
+                IFS=: read -r name target nopdl <<<"$v"
+                CUDAL2_DISABLE_PDL=$nopdl stage "protocol_$name" "$PY" -m benchmarks.grid --shapes g1000 --sample 100 \
+                  --seed 0 --layouts nt,nn --dtypes fp16 --modes kernel --impls "$PROTOCOL_IMPLS" --target-ms "$target" \
+                  --out "$OUT_DIR/protocol_$name.json"
+              done ;;
+    small) stage small_offline "$PY" -m benchmarks.grid --shapes g1000 --below-mnk-log2 30 --layouts nt,nn \
+             --dtypes fp16 --modes offline --impls "$PROTOCOL_IMPLS" --out "$OUT_DIR/g1000_below30_offline.json"
+           stage small_kernel "$PY" -m benchmarks.grid --shapes g1000 --below-mnk-log2 32 --layouts nt,nn \
+             --dtypes fp16 --modes kernel --impls "$PROTOCOL_IMPLS" --out "$OUT_DIR/g1000_below32_kernel.json" ;;
     decode-bw) stage decode_bw "$PY" -m benchmarks.decode_bandwidth --out "$OUT_DIR/decode_bandwidth.json" ;;
     e2e) stage e2e "$PY" -m benchmarks.e2e --out "$OUT_DIR" ;;
     e2e-lowering) for v in on off; do

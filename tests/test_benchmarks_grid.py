@@ -17,6 +17,16 @@ def test_parse_args_defaults_and_lists():
         grid.parse_args(["--layouts", "tt"])
 
 
+def test_below_mnk_log2_limits_and_labels_the_shape_set():
+    """The small-problem subsets of the issues: G1000 has 379 shapes with M*N*K < 2^30 and 539 below 2^32."""
+    assert len(grid.select_shapes(grid.parse_args([]))) == 1000
+    for bits, count in ((30, 379), (32, 539)):
+        args = grid.parse_args(["--below-mnk-log2", str(bits), "--modes", "offline"])
+        chosen = grid.select_shapes(args)
+        assert len(chosen) == count and all(m * n * k < 2 ** bits for m, n, k in chosen)
+        assert grid.run_name(args) == f"g1000-below2pow{bits}_nt-nn_fp16_offline_warm"
+
+
 def test_todo_skips_done_rows():
     impl_list, _ = impls.build(["torch"], ["nt", "nn"])
     done = {(64, 64, 64, "fp16", "torch", "nt", "kernel")}

@@ -190,15 +190,15 @@ def cuobjdump_path() -> str | None:
 
 
 @pytest.mark.parametrize("cfg", [BASE, NOSMEM], ids=lambda c: c.name)
-def test_compiles_to_hgmma(kernel_toolchain, cfg: HgemmConfig) -> None:
+def test_compiles_to_hgmma(kernel_toolchain, cfg: HgemmConfig, tmp_path: Path) -> None:
     """Compiles representative kernels (TMA and no-smem epilogues) for sm_90a (cached objects reused; C7510 fails
-    the build) and checks their SASS uses HGMMA."""
+    the build) and checks their SASS uses HGMMA. Sources go to a temporary folder, never into kernels/."""
     from build_tools import kernel_lib
 
     cuobjdump = cuobjdump_path()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found")
-    obj = kernel_lib.compile_object(codegen.write_kernel(cfg), ["90a"], kernel_lib.DEFAULT_CACHE_DIR)
+    obj = kernel_lib.compile_object(codegen.write_kernel(cfg, tmp_path), ["90a"], kernel_lib.DEFAULT_CACHE_DIR)
     sass = subprocess.run([cuobjdump, "--dump-sass", str(obj)], capture_output=True, text=True, check=True).stdout
     assert "HGMMA" in sass
     assert "sm_90a" in sass

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from search.backend import CompileOutcome
 from search.backends.local import LocalBackend, nvcc_archs
 from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, Candidate, Problem
 from search.eval_worker import SELFTEST_ENV
@@ -51,11 +52,32 @@ def test_local_backend_evaluates_builds_from_a_carried_manifest(tmp_path):
         "failed": {"artifact": "", "ok": False, "log": "failed.log", "seconds": 1.0}}}))
     backend = LocalBackend(tmp_path, arch=90, gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
     try:
-        results = backend.evaluate([(Candidate(config="built"), PROBLEM), (Candidate(config="failed"), PROBLEM),
-                                    (Candidate(config="never"), PROBLEM)])
-        assert [r.status for r in results] == [OK, COMPILE_ERROR, COMPILE_ERROR]
-        assert "was not compiled" in results[2].reason
+        results = backend.evaluate([(Candidate(config="built"), PROBLEM), (Candidate(config="not_a_config"), PROBLEM)])
+        assert [r.status for r in results] == [OK, COMPILE_ERROR]
+        assert "not_a_config" in results[1].reason  # rebuilt on demand, and the build's own error is the reason
         assert backend.environment()["gpu_name"] == "selftest"
+    finally:
+        backend.close()
+
+
+def test_builds_lost_with_a_machine_are_rebuilt_before_evaluation(tmp_path, monkeypatch):
+    """A resumed run on a fresh machine: the store knows the build, the artifacts folder does not (or its file is
+    gone); the backend rebuilds it once and evaluates it."""
+    backend = LocalBackend(tmp_path, arch=90, gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
+    built = []
+
+    def fake_build(cand):
+        built.append(cand.build_key)
+        (tmp_path / f"{cand.build_key}.so").write_bytes(b"")
+        return CompileOutcome(True, artifact=str(tmp_path / f"{cand.build_key}.so"), log="built", seconds=0.1)
+
+    monkeypatch.setattr(backend.farm, "build", fake_build)
+    try:
+        cand = Candidate(config="lost_kernel")
+        results = backend.evaluate([(cand, PROBLEM), (cand, Problem("nt", "fp16", 128, 4096, 4096))])
+        assert [r.status for r in results] == [OK, OK] and built == [cand.build_key]
+        (tmp_path / f"{cand.build_key}.so").unlink()
+        assert backend.evaluate([(cand, PROBLEM)])[0].status == OK and built == [cand.build_key] * 2
     finally:
         backend.close()
 
@@ -79,6 +101,7 @@ def test_arch_targets():
 def test_prebuilt_kernels_are_evaluated_without_a_compile(tmp_path):
     backend = LocalBackend(tmp_path, arch=90, gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
     backend.farm.prebuilt = {"installed_kernel": tmp_path / "libinstalled.so"}
+    (tmp_path / "libinstalled.so").write_bytes(b"")
     try:
         assert backend.prebuilt() == {"installed_kernel"}
         (result,) = backend.evaluate([(Candidate(config="installed_kernel"), PROBLEM)])

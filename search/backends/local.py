@@ -54,17 +54,23 @@ class LocalBackend:
         return outcomes
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
-        """Verdicts in request order; a candidate neither prebuilt nor successfully built is a COMPILE_ERROR (the
-        build log's tail, or "not compiled" when it was never built into this artifacts folder)."""
+        """Verdicts in request order. A build missing here (a run resumed on a fresh machine whose artifacts were
+        lost) is rebuilt first; a candidate whose build fails is a COMPILE_ERROR with the build log's tail."""
         if self.compile_only:
             raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
-        libraries = {**self.farm.prebuilt, **artifact_paths(self.farm.artifacts)}
+        libraries = self.libraries()
+        missing = {c.build_key: c for c, _ in requests
+                   if c.build_key not in libraries and c.build_key not in self._failed}
+        if missing:  # built by an earlier call of a resumed run, on a machine whose artifacts are gone: rebuild
+            self.compile(list(missing.values()))
+            libraries = self.libraries()
         results: list[EvalResult | None] = [None] * len(requests)
         runnable = []
         for i, (cand, problem) in enumerate(requests):
             library = libraries.get(cand.build_key)
             if library is None:
-                why = self._failed.get(cand.build_key, f"{cand.build_key} was not compiled into {self.farm.artifacts}")
+                why = self._failed.get(cand.build_key,
+                                       f"{cand.build_key}: no library in {self.farm.artifacts} after its build")
                 results[i] = EvalResult(COMPILE_ERROR, reason=why)
             else:
                 runnable.append((i, (cand, problem, str(library.resolve()))))
@@ -72,6 +78,12 @@ class LocalBackend:
             for (i, _), result in zip(runnable, self.pool.evaluate([r for _, r in runnable])):
                 results[i] = result
         return results
+
+    def libraries(self) -> dict[str, Path]:
+        """build_key -> shared library of every build this backend can evaluate now (prebuilt, or in the artifacts
+        folder with its file present)."""
+        found = {**self.farm.prebuilt, **artifact_paths(self.farm.artifacts)}
+        return {key: path for key, path in found.items() if path.exists()}
 
     def prebuilt(self) -> set[str]:
         """Build keys that need no compile: the configs of the installed kernel library (evaluated from it)."""
