@@ -42,7 +42,7 @@ stage() {  # stage NAME COMMAND...: runs COMMAND with its log in OUT_DIR/NAME.lo
 run_stage() {
   case $1 in
     build) stage build ./scripts/install.sh && stage info "$PY" -m cudal2_ops info ;;
-    tests) CUDAL2_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage gpu_tests "$PY" -m pytest -q -m gpu tests \
+    tests) CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage gpu_tests "$PY" -m pytest -q -m gpu tests \
              --no-header -rfE ;;
     latency) stage latency "$PY" -m benchmarks.api_latency --out "$OUT_DIR/api_latency.json" ;;
     sweep) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} \
@@ -81,7 +81,7 @@ run_stage() {
     candidates) local names=${CANDIDATES:?CANDIDATES names the kernel configs to try} lib=build/candidates.so
                 stage candidates_build bash -c "$PY -m search.codegen --names ${names//,/ } &&
                   $PY -m build_tools.kernel_lib --names ${names//,/ } --out $lib" &&
-                CUDAL2_KERNEL_LIB=$lib stage candidates_tests "$PY" -m pytest -q -m gpu tests/gpu/test_kernels_sm90_tma_ws.py \
+                CUDAL2_TEST_KERNEL_LIB=$lib stage candidates_tests "$PY" -m pytest -q -m gpu tests/gpu/test_kernels_sm90_tma_ws.py \
                   tests/gpu/test_kernels_sm80_cute.py tests/gpu/test_kernels_decode.py --no-header -rfE
                 stage candidates_sanitize "$PY" scripts/sanitize_kernels.py --lib $lib --out "$OUT_DIR/candidates_sanitize.json"
                 CUDAL2_KERNEL_LIBS=$lib CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage candidates_sweep "$PY" -m search.sweep \

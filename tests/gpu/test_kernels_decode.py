@@ -1,6 +1,6 @@
 """GPU tests of the `decode` kernel family (M <= 64), run through the torch-free kernel library.
 
-Set CUDAL2_KERNEL_LIB to a library holding decode kernels (python -m build_tools.kernel_lib --names decode_...).
+Set CUDAL2_TEST_KERNEL_LIB to a library holding decode kernels (python -m build_tools.kernel_lib --names decode_...).
 CUDAL2_DECODE_BENCH=1 also runs the cold-weight bandwidth benchmark on the LLM decode shapes and prints a table.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from cudal2_ops.kernel_library import Kernel, KernelLibrary, Problem
+from kernel_lib_under_test import kernel_lib_path
 from search.families import decode
 
 TOLERANCE = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
@@ -26,9 +27,9 @@ L2_BYTES = 50 * 2**20
 
 @pytest.fixture(scope="module")
 def kernels() -> dict[str, Kernel]:
-    path = os.environ.get("CUDAL2_KERNEL_LIB")
+    path = kernel_lib_path()
     if not path:
-        pytest.skip("CUDAL2_KERNEL_LIB is not set")
+        pytest.skip("CUDAL2_TEST_KERNEL_LIB is not set")
     found = {n: k for n, k in KernelLibrary(path).runnable_on().items() if k.family == "decode"}
     if not found:
         pytest.skip(f"no decode kernel in {path} runs on this GPU")

@@ -1,4 +1,4 @@
-"""GPU tests of the `sm90_tma_ws` kernels of a built kernel library (path in $CUDAL2_KERNEL_LIB).
+"""GPU tests of the `sm90_tma_ws` kernels of a built kernel library (path in $CUDAL2_TEST_KERNEL_LIB).
 
 Each kernel of the family that runs on the visible GPU is checked for: accuracy on randn inputs against an fp32
 reference, bit-exact fp32 accumulation (0/1 inputs, sums above 2048), every output written (NaN-poisoned outputs),
@@ -7,18 +7,18 @@ for alignment only), runtime knobs, workspace checks, and bitwise determinism.
 """
 from __future__ import annotations
 
-import os
 import zlib
 
 import pytest
 import torch
 
 from cudal2_ops.kernel_library import Kernel, KernelLibrary
+from kernel_lib_under_test import kernel_lib_path
 
 FAMILY = "sm90_tma_ws"
-LIB_PATH = os.environ.get("CUDAL2_KERNEL_LIB")
+LIB_PATH = kernel_lib_path()
 if not LIB_PATH:
-    pytest.skip("CUDAL2_KERNEL_LIB is not set (path of a built kernel library)", allow_module_level=True)
+    pytest.skip("CUDAL2_TEST_KERNEL_LIB is not set (path of a built kernel library)", allow_module_level=True)
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("sm90_tma_ws kernels need an sm_90 GPU", allow_module_level=True)
 
