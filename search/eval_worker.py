@@ -32,6 +32,14 @@ WALL_EVENT_RATIO = 1.5       # wall clock above this times the events' figure: S
 WALL_CHECK_MIN_US = 40.0     # the wall-clock check runs where GPU time dominates launch cost (eager calls pipeline)
 ROOFLINE_MARGIN = 0.8        # faster than this fraction of the compute floor (2MNK / measured peak): SUSPICIOUS
 WALL_CALLS = 20              # eager calls of the wall-clock cross-check
+# ABI statuses of a launch that declines the problem (1 unsupported; 2 needs more workspace than the library's 32 MiB,
+# e.g. many K splits of a large M x N): the candidate cannot serve it through cudal2, which is no fault.
+DECLINED_STATUSES = ("returned status 1 ", "returned status 2 ")
+
+
+def declined(exc: Exception) -> bool:
+    """Whether a launch error is the kernel declining the problem (UNSUPPORTED) rather than a fault (CRASH)."""
+    return any(status in str(exc) for status in DECLINED_STATUSES)
 
 
 def selftest_evaluate(request: dict) -> EvalResult:
@@ -102,7 +110,7 @@ class GpuEvaluator:
         try:
             impl(probe.a, probe.b, None, probe.out)
         except RuntimeError as exc:
-            if "returned status 1" not in str(exc):
+            if not declined(exc):
                 raise
             return EvalResult(UNSUPPORTED, reason=str(exc)[-2000:])
         self._synchronize()  # an asynchronous fault of the first launch surfaces here (a CRASH)

@@ -10,7 +10,7 @@ import pytest
 from search.backend import CompileOutcome
 from search.backends.local import LocalBackend, nvcc_archs
 from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, Candidate, Problem
-from search.eval_worker import SELFTEST_ENV
+from search.eval_worker import SELFTEST_ENV, declined
 from search.evaluator import EvaluatorPool
 
 SELFTEST = {SELFTEST_ENV: "1"}
@@ -108,3 +108,12 @@ def test_prebuilt_kernels_are_evaluated_without_a_compile(tmp_path):
         assert result.status == OK
     finally:
         backend.close()
+
+
+def test_declined_launches_are_unsupported_not_crashes():
+    """The binding's messages for ABI statuses 1 (unsupported) and 2 (workspace beyond the library's 32 MiB) mean the
+    kernel declines the problem; launch failures and bad arguments are faults."""
+    message = "cudal2 run_kernel: kernel k returned status {} for M=256 N=8192 K=4096 (1 unsupported, 2 workspace, ...)"
+    assert declined(RuntimeError(message.format(1))) and declined(RuntimeError(message.format(2)))
+    assert not declined(RuntimeError(message.format(3))) and not declined(RuntimeError(message.format(4)))
+    assert not declined(RuntimeError("CUDA error: an illegal memory access was encountered"))
