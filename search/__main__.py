@@ -59,7 +59,7 @@ def make_backend(args: RunArgs) -> Backend:
     """The backend a run names (local and ray come from search.backends; ray is an optional extra)."""
     if args.backend == "sim":
         from search.simulate import SimulatedBackend
-        return SimulatedBackend(seed=args.seed, eval_delay_s=args.sim_delay_ms / 1000)
+        return SimulatedBackend(seed=args.seed, eval_delay_s=args.sim_delay_ms / 1000, arch=args.arch)
     if args.backend == "local":
         from search.backends.local import LocalBackend
         return LocalBackend(artifacts=Path(args.artifacts), arch=args.arch, compile_only=args.compile_only)

@@ -5,8 +5,10 @@ tensor-core time counts waves of CTA tiles (wave quantization) at a per-SM throu
 (WGMMA vs mma.sync), tile shape, pipeline depth and warps; DRAM time counts operand re-reads (multicast clusters,
 swizzle and raster order for L2 reuse). Every figure carries seeded multiplicative noise. A few points fail on
 purpose, by hash: builds that do not compile, kernels that crash, and kernels that compute wrong results. The
-cuBLASLt baseline is the best of a fixed, hidden set of configs at its own knobs (a heuristic library).
-Constants are an H100 SXM's, roughly; the model ranks kernels plausibly, it does not predict real times.
+cuBLASLt baseline is the best of a fixed, hidden set of configs at its own knobs (a heuristic library). A candidate
+that cannot be built for the simulated GPU's arch (the family's feasibility check, or an sm90 source on sm80) fails
+to compile, as nvcc would. Constants are an H100 SXM's (arch 90) or an A100 SXM4's (arch 80), roughly; the model
+ranks kernels plausibly, it does not predict real times.
 """
 from __future__ import annotations
 
@@ -18,32 +20,77 @@ from typing import Any
 
 from search.backend import CompileOutcome
 from search.candidate import COMPILE_ERROR, CRASH, INCORRECT, OK, UNSUPPORTED, Candidate, EvalResult, Problem
-from search.codegen import default_configs
+from search.codegen import default_configs, feasible
+from search.compile_farm import source_arch_dir
 from search.config import HgemmConfig
 from search.families import sm90_tma_ws
 
-SM_COUNT = 132
-SM_TFLOPS = 7.5                # dense fp16 tensor TFLOP/s per SM at WGMMA peak
-DRAM_BYTES_PER_US = 3.0e6      # achievable HBM bandwidth (3 TB/s)
-L2_BYTES_PER_US = 9.0e6
-L2_BYTES = 50 * 2**20
-FAMILY_PEAK = {"sm90_tma_ws": 0.88, "sm80_cute": 0.55, "decode": 0.40}   # fraction of WGMMA peak
 LAUNCH_US = {"sm90_tma_ws": 3.2, "sm80_cute": 2.6, "decode": 2.4}
 TEST_CASES = 3                 # timed repetitions of each problem (the reward averages their speedups)
 NOISE = 0.015                  # relative standard deviation of one timing
 COMPILE_FAIL_EVERY = 41        # about one build in this many fails to compile
 CRASH_EVERY = 151              # about one (candidate, problem) in this many crashes
 WRONG_EVERY = 97               # about one candidate in this many computes wrong results
-# The simulated cuBLASLt's kernels (heuristic: the best of them at its preferred knobs).
-BASELINE_TILES = (((128, 256, 64), (2, 1), "coop", "persistent"), ((256, 128, 64), (1, 2), "coop", "persistent"),
-                  ((128, 128, 64), (1, 1), "coop", "persistent"), ((64, 128, 64), (1, 1), "pingpong", "persistent"),
-                  ((128, 128, 64), (1, 1), "coop", "streamk"), ((64, 256, 64), (1, 1), "pingpong", "persistent"))
 
 
-def _compiles(seed: int, cand: Candidate) -> CompileOutcome:
-    """The simulated build of a candidate: about one in COMPILE_FAIL_EVERY fails with a ptxas-like log; sources
-    must export the kernel C ABI."""
+def _sm90_kernel(tile: tuple[int, int, int], cluster: tuple[int, int], schedule: str, scheduler: str) -> HgemmConfig:
+    return HgemmConfig("sm90_tma_ws", "fp16", "nt", *tile, cluster_m=cluster[0], cluster_n=cluster[1],
+                       schedule=schedule, scheduler=scheduler)
+
+
+def _sm80_kernel(tile_m: int, tile_n: int, tile_k: int, warps: int, stages: int) -> HgemmConfig:
+    return HgemmConfig("sm80_cute", "fp16", "nt", tile_m, tile_n, tile_k, stages=stages, warps=warps)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimGpu:
+    """The constants of one simulated GPU (rough figures of the real part)."""
+
+    name: str
+    arch: int
+    sm_count: int
+    sm_tflops: float                 # dense fp16 tensor TFLOP/s per SM at the fastest tensor-core path's peak
+    dram_bytes_per_us: float         # achievable HBM bandwidth
+    l2_bytes_per_us: float
+    l2_bytes: int
+    family_peak: dict[str, float]    # the share of sm_tflops each family's kernels reach (families it runs)
+    baseline: tuple[HgemmConfig, ...]  # the simulated cuBLASLt's kernels (dtype and layout follow the problem)
+
+
+SIM_GPUS = {
+    90: SimGpu("Simulated H100 SXM", 90, 132, sm_tflops=7.5, dram_bytes_per_us=3.0e6, l2_bytes_per_us=9.0e6,
+               l2_bytes=50 * 2**20, family_peak={"sm90_tma_ws": 0.88, "sm80_cute": 0.55, "decode": 0.40},
+               baseline=(_sm90_kernel((128, 256, 64), (2, 1), "coop", "persistent"),
+                         _sm90_kernel((256, 128, 64), (1, 2), "coop", "persistent"),
+                         _sm90_kernel((128, 128, 64), (1, 1), "coop", "persistent"),
+                         _sm90_kernel((64, 128, 64), (1, 1), "pingpong", "persistent"),
+                         _sm90_kernel((128, 128, 64), (1, 1), "coop", "streamk"),
+                         _sm90_kernel((64, 256, 64), (1, 1), "pingpong", "persistent"))),
+    # mma.sync is the A100's native path (312 TFLOP/s over 108 SMs); cuBLASLt's Ampere kernels as sm80_cute tiles.
+    80: SimGpu("Simulated A100-SXM4-80GB", 80, 108, sm_tflops=2.9, dram_bytes_per_us=1.9e6, l2_bytes_per_us=5.5e6,
+               l2_bytes=40 * 2**20, family_peak={"sm80_cute": 0.80, "decode": 0.58},
+               baseline=(_sm80_kernel(256, 128, 32, 8, 3), _sm80_kernel(128, 256, 32, 8, 3),
+                         _sm80_kernel(128, 128, 32, 4, 5), _sm80_kernel(128, 64, 32, 4, 6),
+                         _sm80_kernel(64, 64, 64, 4, 3))),
+}
+
+
+def unbuildable(cand: Candidate, arch: int) -> str:
+    """Why `cand` cannot be built for compute capability `arch` (empty when it can): a config the family's check
+    rejects there, or an sm90 source (WGMMA/TMA) on another arch."""
+    if cand.config:
+        return feasible(HgemmConfig.from_name(cand.config), arch)[1]
+    if arch != 90 and source_arch_dir(cand.source) == "sm90":
+        return f"an sm90 source (WGMMA/TMA) has no target on sm{arch}"
+    return ""
+
+
+def _compiles(seed: int, cand: Candidate, arch: int) -> CompileOutcome:
+    """The simulated build of a candidate for `arch`: one that cannot be built there fails with the reason; about
+    one in COMPILE_FAIL_EVERY fails with a ptxas-like log; sources must export the kernel C ABI."""
     key = cand.build_key
+    if why := unbuildable(cand, arch):
+        return CompileOutcome(False, log=f"error: {key} does not build for sm{arch}: {why}", seconds=1.0)
     if cand.source and "CUDAL2_EXPORT_KERNEL" not in cand.source:
         return CompileOutcome(False, log="error: the source does not export a kernel (CUDAL2_EXPORT_KERNEL missing)",
                               seconds=1.0)
@@ -72,18 +119,18 @@ def _stages(cfg: HgemmConfig) -> int:
     return 3
 
 
-def _auto_splits(cfg: HgemmConfig, tiles: int, k: int) -> int:
-    """The split count a kernel picks with splits = 0."""
+def _auto_splits(cfg: HgemmConfig, tiles: int, k: int, sm_count: int) -> int:
+    """The split count a kernel picks with splits = 0 on `sm_count` SMs."""
     k_tiles = math.ceil(k / cfg.tile_k)
     if cfg.family == "decode":
-        return max(1, min(k_tiles, SM_COUNT // max(tiles, 1)))
-    if cfg.family == "sm80_cute" and tiles < SM_COUNT // 2:
-        return max(1, min(8, k_tiles, SM_COUNT // tiles))
+        return max(1, min(k_tiles, sm_count // max(tiles, 1)))
+    if cfg.family == "sm80_cute" and tiles < sm_count // 2:
+        return max(1, min(8, k_tiles, sm_count // tiles))
     return 1
 
 
-def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: int) -> float:
-    """The noise-free simulated time (us) of `cfg` with runtime `knobs` on an M x N x K problem."""
+def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: int, gpu: SimGpu) -> float:
+    """The noise-free simulated time (us) of `cfg` with runtime `knobs` on an M x N x K problem on `gpu`."""
     splits, swizzle, raster = knobs
     rows, cols = (n, m) if cfg.swap_ab else (m, n)
     tiles_m = math.ceil(math.ceil(rows / cfg.tile_m) / cfg.cluster_m) * cfg.cluster_m
@@ -91,7 +138,7 @@ def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: i
     tiles = tiles_m * tiles_n
     # Per-SM throughput: tile arithmetic intensity, pipeline depth, tile_k, latency hiding by warps.
     intensity = (cfg.tile_m * cfg.tile_n / (cfg.tile_m + cfg.tile_n)) / (128 * 256 / 384)
-    eff = FAMILY_PEAK[cfg.family] * min(1.0, intensity) ** 0.6
+    eff = gpu.family_peak[cfg.family] * min(1.0, intensity) ** 0.6
     eff *= 1 - 0.5 ** (_stages(cfg) - 0.5)
     eff *= {32: 0.9, 64: 1.0, 128: 0.97, 256: 0.93}[cfg.tile_k]
     if cfg.warps:
@@ -102,63 +149,74 @@ def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: i
         parts = max(1, splits) if splits else 0
         work = tiles * math.ceil(k / cfg.tile_k)
         if parts:
-            waves = math.ceil(tiles * parts / SM_COUNT)
+            waves = math.ceil(tiles * parts / gpu.sm_count)
             k_share = k / parts
         else:  # automatic: K iterations spread evenly over the SMs
-            waves, k_share = 1, math.ceil(work / SM_COUNT) * cfg.tile_k
+            waves, k_share = 1, math.ceil(work / gpu.sm_count) * cfg.tile_k
         fixup = 1.08
     else:
-        parts = splits if (splits and cfg.family != "sm90_tma_ws") else _auto_splits(cfg, tiles, k)
+        parts = splits if (splits and cfg.family != "sm90_tma_ws") else _auto_splits(cfg, tiles, k, gpu.sm_count)
         parts = min(parts, math.ceil(k / cfg.tile_k))
-        waves = math.ceil(tiles * parts / SM_COUNT)
+        waves = math.ceil(tiles * parts / gpu.sm_count)
         k_share, fixup = k / parts, 1.0
-    tile_us = 2 * cfg.tile_m * cfg.tile_n * k_share / (SM_TFLOPS * 1e6 * eff)
+    tile_us = 2 * cfg.tile_m * cfg.tile_n * k_share / (gpu.sm_tflops * 1e6 * eff)
     compute_us = waves * tile_us * fixup
     # Memory: operand re-reads through L2 (multicast halves them per cluster dim), DRAM misses by traversal order.
     l2_bytes = 2 * (rows * k * tiles_n / cfg.cluster_n + cols * k * tiles_m / cfg.cluster_m) + 2 * m * n
     unique = 2 * (m * k + n * k + m * n)
     preferred = 2 if cols >= rows else 1
-    miss = 0.0 if unique < L2_BYTES else 0.35 / (1 + math.log2(max(swizzle, 1)))
+    miss = 0.0 if unique < gpu.l2_bytes else 0.35 / (1 + math.log2(max(swizzle, 1)))
     if raster and raster != preferred:
         miss += 0.2
-    dram_us = unique * (1 + miss) / DRAM_BYTES_PER_US
+    dram_us = unique * (1 + miss) / gpu.dram_bytes_per_us
     reduce_us = 0.0
     if parts > 1 and cfg.scheduler != "streamk":
-        reduce_us = 2.0 + 8.0 * m * n * parts / DRAM_BYTES_PER_US
-    return LAUNCH_US[cfg.family] + max(compute_us, dram_us, l2_bytes / L2_BYTES_PER_US) + reduce_us
+        reduce_us = 2.0 + 8.0 * m * n * parts / gpu.dram_bytes_per_us
+    return LAUNCH_US[cfg.family] + max(compute_us, dram_us, l2_bytes / gpu.l2_bytes_per_us) + reduce_us
 
 
-def baseline_model_us(problem: Problem) -> float:
-    """The noise-free simulated cuBLASLt-autotune time: the best of BASELINE_TILES at its preferred knobs."""
+def baseline_model_us(problem: Problem, gpu: SimGpu) -> float:
+    """The noise-free simulated cuBLASLt-autotune time on `gpu`: the best of its baseline kernels at its preferred
+    knobs."""
     best = math.inf
-    for tile, cluster, schedule, scheduler in BASELINE_TILES:
-        cfg = HgemmConfig("sm90_tma_ws", problem.dtype, problem.layout, *tile, cluster_m=cluster[0],
-                          cluster_n=cluster[1], schedule=schedule, scheduler=scheduler)
+    for kernel in gpu.baseline:
+        cfg = dataclasses.replace(kernel, dtype=problem.dtype, layout=problem.layout)
         knobs = (0, 2, 2 if problem.n >= problem.m else 1)
-        best = min(best, model_us(cfg, knobs, problem.m, problem.n, problem.k))
+        best = min(best, model_us(cfg, knobs, problem.m, problem.n, problem.k, gpu))
     return best
 
 
 @dataclasses.dataclass
 class SimulatedBackend:
-    """The backend protocol over the cost model. `eval_delay_s` sleeps per evaluation (to test interruption).
-    Compiles and verdicts are pure functions of (seed, candidate, problem), so any instance agrees with a store."""
+    """The backend protocol over the cost model of the GPU of compute capability `arch` (SIM_GPUS: 90 an H100 SXM,
+    80 an A100 SXM4). `eval_delay_s` sleeps per evaluation (to test interruption). Compiles and verdicts are pure
+    functions of (seed, arch, candidate, problem), so any instance agrees with a store."""
 
     seed: int = 0
     eval_delay_s: float = 0.0
+    arch: int = 90
+
+    def __post_init__(self) -> None:
+        if self.arch not in SIM_GPUS:
+            raise ValueError(f"the simulated backend models sm{' and sm'.join(map(str, SIM_GPUS))}, not sm{self.arch}")
+
+    @property
+    def gpu(self) -> SimGpu:
+        """The simulated GPU's constants."""
+        return SIM_GPUS[self.arch]
 
     def environment(self) -> dict[str, Any]:
-        """A simulated H100 SXM."""
-        return {"gpu_name": "Simulated H100 SXM", "arch": 90, "capability": [9, 0], "sm_count": SM_COUNT,
-                "driver": "simulated", "cuda": "simulated", "simulated": True}
+        """The simulated GPU."""
+        return {"gpu_name": self.gpu.name, "arch": self.arch, "capability": [self.arch // 10, self.arch % 10],
+                "sm_count": self.gpu.sm_count, "driver": "simulated", "cuda": "simulated", "simulated": True}
 
     def prebuilt(self) -> set[str]:
-        """The default kernel set, as if built into the extension."""
-        return {cfg.name for cfg in default_configs()}
+        """The default kernel set's kernels that build for the arch, as if built into the extension."""
+        return {cfg.name for cfg in default_configs() if feasible(cfg, self.arch)[0]}
 
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
         """Simulated builds (deterministic per build key, so a resumed run's backend agrees with the store)."""
-        return {cand.build_key: _compiles(self.seed, cand) for cand in candidates}
+        return {cand.build_key: _compiles(self.seed, cand, self.arch) for cand in candidates}
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
         """Simulated checks and timings of each request."""
@@ -171,21 +229,22 @@ class SimulatedBackend:
 
     def _evaluate_one(self, cand: Candidate, problem: Problem) -> EvalResult:
         gpu = self.environment()
-        if not _compiles(self.seed, cand).ok:
-            return EvalResult(COMPILE_ERROR, reason=f"{cand.build_key} does not build", gpu=gpu)
+        build = _compiles(self.seed, cand, self.arch)
+        if not build.ok:
+            return EvalResult(COMPILE_ERROR, reason=build.log, gpu=gpu)
         if _unit_hash(self.seed, "crash", cand.id, problem.key) < 1 / CRASH_EVERY:
             return EvalResult(CRASH, reason="simulated: illegal memory access (worker died)", gpu=gpu)
         if _unit_hash(self.seed, "wrong", cand.id) < 1 / WRONG_EVERY:
             return EvalResult(INCORRECT, max_rel_err=0.5, reason="simulated: random check max rel err 0.5", gpu=gpu)
         m, n, k = problem.m, problem.n, problem.k
-        base = baseline_model_us(problem)
+        base = baseline_model_us(problem, self.gpu)
         if cand.source:
             model = base * 1.2
         else:
             cfg = HgemmConfig.from_name(cand.config)
             if cfg.family == "decode" and m > 256:
                 return EvalResult(UNSUPPORTED, reason="decode kernels take M <= 256", gpu=gpu)
-            model = model_us(cfg, cand.knobs, m, n, k)
+            model = model_us(cfg, cand.knobs, m, n, k, self.gpu)
         case_us = [model * _noise(self.seed, cand.id, problem.key, case) for case in range(TEST_CASES)]
         case_base = [base * _noise(self.seed, "baseline", problem.key, case) for case in range(TEST_CASES)]
         case_us.sort()
