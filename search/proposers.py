@@ -10,7 +10,7 @@ import random
 from typing import Protocol
 
 from search.candidate import Candidate, Problem, Proposal
-from search.codegen import default_configs
+from search.codegen import default_configs, feasible
 from search.config import HgemmConfig
 from search.families import family_module
 from search.policy import Policy
@@ -157,7 +157,7 @@ class PolicyProposer:
 
     def _library(self, problem: Problem, context: ProposalContext) -> list[Candidate]:
         defaults = [Candidate(config=cfg.name, provenance=self.provenance) for cfg in default_configs()
-                    if (cfg.dtype, cfg.layout) == (problem.dtype, problem.layout)]
+                    if (cfg.dtype, cfg.layout) == (problem.dtype, problem.layout) and feasible(cfg, context.arch)[0]]
         transfer = [dataclasses.replace(m.candidate, provenance=self.provenance) for m in context.neighbour_best
                     if m.candidate.config]
         return sorted(defaults + transfer, key=lambda c: -self.policy.preference(problem, c))

@@ -61,12 +61,7 @@ def test_a_kernel_that_does_not_build_for_sm80_is_a_compile_error_not_a_time():
     assert "does not build for sm80" in results[1].reason
 
 
-@pytest.mark.parametrize("policy", [
-    "sweep", "random",
-    pytest.param("rl", marks=pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-        "PolicyProposer._library ranks every default kernel, sm90_tma_ws included, by the sm80 policy's preference, "
-        "which has no sm90_tma_ws dimension"))),
-])
+@pytest.mark.parametrize("policy", ["sweep", "random", "rl"])
 def test_an_sm80_run_proposes_and_evaluates_only_sm80_kernels(tmp_path, policy):
     store = run_sm80(tmp_path / "s.db", policy)
     env = json.loads(store.runs()[0]["environment"])
