@@ -97,7 +97,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
                    budget_evals=ns.budget_evals, budget_minutes=ns.budget_minutes, seed=ns.seed,
                    compile_only=ns.compile_only, memory=ns.memory, arch=ns.arch, backend=ns.backend,
                    artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms,
-                   max_builds=ns.max_builds if ns.max_builds is not None else DEFAULT_MAX_BUILDS[ns.backend])
+                   max_builds=ns.max_builds if ns.max_builds is not None else DEFAULT_MAX_BUILDS[ns.backend],
+                   warm_start=[str(p) for p in ns.warm_start])
     if args.backend != "sim" and not args.artifacts:
         raise SystemExit(f"--backend {args.backend} needs --artifacts DIR (where builds are kept)")
     problems = [Problem(ns.layout, ns.dtype, *s) for s in load_shapes(ns.shapes, ns.seed)]
@@ -181,6 +182,10 @@ def parser() -> argparse.ArgumentParser:
                      help="new builds the run may compile (default: 32 for local/ray, unlimited for sim); past it, "
                           "only built kernels (the extension's defaults included) are proposed")
     run.add_argument("--per-round", type=int, default=4, help="proposals per problem per round")
+    run.add_argument("--warm-start", type=Path, nargs="+", default=[], metavar="FILE",
+                     help="earlier measurements the rl policy is fit to before the run proposes anything: "
+                          "python -m search.sweep files (.json, .json.gz) and search stores (.sqlite, .db), of this "
+                          "GPU or another (search/warm_start.py)")
     run.add_argument("--explore", type=float, default=0.0, help="share of random proposals next to the policy (rl)")
     run.add_argument("--memory", default="", help="contextual-memory file for LLM prompts (updated every round)")
     run.add_argument("--seed", type=int, default=0)

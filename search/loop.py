@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from search import warm_start
 from search.backend import Backend, CompileOutcome
 from search.candidate import COMPILE_ERROR, INFEASIBLE, OK, Candidate, EvalResult, Problem
 from search.policy import Policy
@@ -52,6 +53,8 @@ class RunArgs:
     artifacts: str = ""
     sim_delay_ms: float = 0.0
     max_builds: int | None = None  # new build keys the run may compile in total (None: unlimited)
+    wave: int = 0                  # problems proposed for and evaluated together within a round (0: all)
+    warm_start: list[str] = dataclasses.field(default_factory=list)  # measurements the rl policy is first fit to
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -84,6 +87,14 @@ def memory_hook(store: Store, path: str) -> None:
     memory.update(store, Path(path))
 
 
+def initial_policy(args: RunArgs) -> Policy:
+    """A run's policy before its first verdict: the prior, fit to the `warm_start` measurements (rl runs)."""
+    policy = Policy(args.arch, args.seed)
+    if args.policy == "rl" and args.warm_start:
+        warm_start.warm_start(policy, warm_start.load([Path(p) for p in args.warm_start]), args.seed)
+    return policy
+
+
 class Search:
     """One run of the loop over a store and a backend (create with `start` or `resume`)."""
 
@@ -91,7 +102,7 @@ class Search:
                  on_eval: Callable[[int, float], None] | None = None):
         self.store, self.backend, self.run_id, self.args, self.arch = store, backend, run_id, args, args.arch
         self.problems = store.run_problems(run_id)
-        self.policy = policy or Policy(args.arch, args.seed)
+        self.policy = policy or initial_policy(args)
         self.on_eval = on_eval
         self.measured: dict[str, list[Measured]] = {}
         self.tried = store.tried(run_id)
@@ -120,7 +131,7 @@ class Search:
         verdicts recorded after it replayed."""
         args = RunArgs(**{**json.loads(store.run(run_id)["args"]), "compile_only": False, **(overrides or {})})
         snapshot = store.latest_policy(run_id)
-        policy = Policy.from_json(snapshot) if snapshot else Policy(args.arch, args.seed)
+        policy = Policy.from_json(snapshot) if snapshot else initial_policy(args)
         after = max((r["round"] for r in store.query(
             "SELECT round FROM policy_snapshots WHERE run_id = ?", (run_id,))), default=-1)
         problems = {p.key: p for p in store.run_problems(run_id)}
@@ -180,10 +191,11 @@ class Search:
         return ((a.budget_evals is not None and self.store.evaluation_count(self.run_id) >= a.budget_evals) or
                 (a.budget_minutes is not None and row["elapsed_s"] >= 60 * a.budget_minutes))
 
-    def propose(self, round_: int) -> list[tuple[Candidate, Problem]]:
-        """One round of proposals for every problem, recorded; the feasible new ones."""
+    def propose(self, round_: int, problems: list[Problem] | None = None) -> list[tuple[Candidate, Problem]]:
+        """One round of proposals for `problems` (default: every problem of the run), recorded; the feasible new
+        ones."""
         requests = []
-        for problem in self.problems:
+        for problem in self.problems if problems is None else problems:
             context = self.context(problem)
             for proposer, label, share in self.proposers:
                 count = max(1, round(self.args.per_round * share))
@@ -209,6 +221,13 @@ class Search:
                         if not proposal.status:
                             requests.append((cand, problem))
         return requests
+
+    def waves(self) -> list[list[Problem]]:
+        """The run's problems in groups of `wave` (all at once when 0): each group is proposed for, evaluated and
+        learned from before the next is proposed for, so that one round's later problems already draw on what its
+        earlier ones taught the policy."""
+        size = self.args.wave or len(self.problems)
+        return [self.problems[i:i + size] for i in range(0, len(self.problems), size)]
 
     def pending(self) -> list[tuple[Candidate, Problem]]:
         """Usable proposals of this run that have no verdict yet (a stopped run's in-flight or compile-only work)."""
@@ -278,12 +297,17 @@ class Search:
         if leftover:
             self.evaluate(round_ - 1, leftover)
         while not self.done():
-            began = time.monotonic()
-            requests = self.propose(round_)
-            self.store.add_elapsed(self.run_id, time.monotonic() - began)
-            if not requests:
+            proposed = 0
+            for wave in self.waves():
+                began = time.monotonic()
+                requests = self.propose(round_, wave)
+                self.store.add_elapsed(self.run_id, time.monotonic() - began)
+                proposed += len(requests)
+                self.evaluate(round_, requests)
+                if self.done():
+                    break
+            if not proposed:
                 break  # every proposer is exhausted
-            self.evaluate(round_, requests)
             self.store.save_policy(self.run_id, round_, self.policy.to_json())
             if self.args.llm != "none" and self.args.memory:
                 memory_hook(self.store, self.args.memory)

@@ -89,12 +89,15 @@ class Policy:
         self.updates = 0
         self.rng = random.Random(seed)
 
-    def probabilities(self, dim: str, phi: np.ndarray) -> np.ndarray:
-        """The softmax over `dim`'s values in context `phi`."""
+    def log_probabilities(self, dim: str, phi: np.ndarray) -> np.ndarray:
+        """The log-softmax over `dim`'s values in context `phi` (finite however peaked the policy is)."""
         logits = self.weights[dim] @ phi / self.temperature
         logits -= logits.max()
-        p = np.exp(logits)
-        return p / p.sum()
+        return logits - np.log(np.exp(logits).sum())
+
+    def probabilities(self, dim: str, phi: np.ndarray) -> np.ndarray:
+        """The softmax over `dim`'s values in context `phi`."""
+        return np.exp(self.log_probabilities(dim, phi))
 
     def _draw(self, dim: str, phi: np.ndarray) -> Any:
         p = self.probabilities(dim, phi)
@@ -123,8 +126,8 @@ class Policy:
         phi = features(problem)
         total = 0.0
         for dim, value in self._choices(point_of(candidate)):
-            p = self.probabilities(dim, phi)
-            total += math.log(p[self.dims[dim].index(value)] / p.max())
+            logp = self.log_probabilities(dim, phi)
+            total += float(logp[self.dims[dim].index(value)] - logp.max())
         return total
 
     def _choices(self, point: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -154,6 +157,17 @@ class Policy:
             grad[values.index(value)] += 1.0
             self.weights[dim] += LEARNING_RATE * advantage * np.outer(grad, phi)
         self.updates += 1
+
+    def imitate(self, problem: Problem, targets: dict[str, dict[Any, float]], learning_rate: float) -> None:
+        """One cross-entropy step of each dimension's softmax towards a target distribution over its values for
+        `problem` (the warm start's advantage-weighted fit; the step vanishes once the policy matches)."""
+        phi = features(problem)
+        for dim, target in targets.items():
+            values = self.dims[dim]
+            q = np.zeros(len(values))
+            for value, weight in target.items():
+                q[values.index(value)] += weight
+            self.weights[dim] += learning_rate * np.outer(q / q.sum() - self.probabilities(dim, phi), phi)
 
     def _add_elite(self, key: str, reward: float, candidate_id: str) -> None:
         elites = [e for e in self.elites.get(key, []) if e[1] != candidate_id] + [(reward, candidate_id)]

@@ -1,0 +1,147 @@
+"""Warm start: the policy learns from earlier measurements before a run proposes anything.
+
+With a few evaluations per problem, a run's first round is all the policy gets: a cold policy proposes from its
+prior (the frequency of each choice among the default kernels, the same for every shape) and loses to the sweep's
+fixed order. Measurements already made, on this GPU or another (the committed `python -m search.sweep` files, an
+earlier search store), tell it which configs win on which shapes; `--warm-start FILE ...` replays them as policy
+targets of an offline fit (per problem, each dimension's softmax is pulled towards the choices of its measured
+candidates weighted by exp(reward / 0.05), smoothed); per-problem baselines and elites stay empty, so that the run's
+own problems start from their own measurements.
+
+On the simulated benchmark (`python -m search.budget_study`: 100 G1000 shapes, seeds 0-2, warm start from a simulated
+sweep of 100 other shapes; benchmarks/results/simulated/budget_study_2026-11-25.md) the geomean best speedup at 4 / 8
+/ 24 evaluations per problem is 1.049 / 1.065 / 1.099 warm, 0.889 / 0.981 / 1.065 cold, 0.987 / 1.007 / 1.062 for the
+sweep heuristic; tests/test_search_warm_start.py checks the 4-evaluation gain on a smaller sample.
+"""
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import math
+import random
+from pathlib import Path
+
+from search.candidate import INCORRECT, OK, Candidate, EvalResult, Problem
+from search.policy import Policy
+from search.reward import reward
+from search.space import point_of
+from search.store import Store
+
+Measurement = tuple[Problem, Candidate, float]  # a problem, a measured candidate, its reward
+TEMPERATURE = 0.05  # reward scale of the fit's weights: a candidate 5% slower than the best weighs e^-1 as much
+EPOCHS = 30
+FIT_RATE = 0.2
+SMOOTHING = 0.1     # share of each target spread uniformly over the dimension's values
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+
+
+def from_sweep(doc: dict) -> list[Measurement]:
+    """The measurements of a `python -m search.sweep` results document (correct candidates rewarded with their
+    speedup over the row's cuBLASLt-autotune time, incorrect ones as INCORRECT)."""
+    out = []
+    for row in doc["rows"]:
+        problem = Problem(row["layout"], row["dtype"], row["m"], row["n"], row["k"])
+        for c in row["candidates"]:
+            cand = Candidate(config=c["kernel"], knobs=(c.get("splits", 0), c.get("swizzle", 0), c.get("raster", 0)),
+                             provenance="warm-start")
+            if c.get("correct") and c.get("us"):
+                result = EvalResult(OK, us=c["us"], baseline_us=row["baseline_us"],
+                                    case_speedups=[row["baseline_us"] / c["us"]], max_rel_err=c.get("err") or 0.0)
+            elif c.get("correct") is False:
+                result = EvalResult(INCORRECT)
+            else:
+                continue  # not timed (e.g. declined the problem)
+            out.append((problem, cand, result))
+    return [(p, cand, _reward(result, cand)) for p, cand, result in out if _reward(result, cand) is not None]
+
+
+def _reward(result: EvalResult, cand: Candidate) -> float | None:
+    """The run's reward of a measurement; None for a kernel that is no config of today's space."""
+    try:
+        return reward(result, cand)
+    except ValueError:
+        return None
+
+
+def from_store(path: Path) -> list[Measurement]:
+    """The config evaluations of a search store, with their stored rewards."""
+    store = Store(path)
+    try:
+        out = []
+        for e in store.evaluations():
+            cand = store.candidate(e["candidate_id"])
+            if cand.config:
+                layout, dtype, m, n, k = e["problem_key"].split("_")
+                out.append((Problem(layout, dtype, int(m), int(n), int(k)), cand, e["reward"]))
+        return out
+    finally:
+        store.close()
+
+
+def load(paths: list[Path]) -> list[Measurement]:
+    """Measurements from sweep files (.json / .json.gz) and search stores (.sqlite / .db)."""
+    out: list[Measurement] = []
+    for path in map(Path, paths):
+        if path.suffix in (".sqlite", ".db"):
+            out += from_store(path)
+        else:
+            out += from_sweep(_read_json(path))
+    return out
+
+
+def known_to(policy: Policy, cand: Candidate) -> bool:
+    """Whether every choice of a config candidate is a value of the policy's space (its arch and today's grid)."""
+    try:
+        point = point_of(cand)
+    except ValueError:
+        return False
+    family = point["family"]
+    if family not in policy.dims["family"]:
+        return False
+    return all(point[name] in policy.dims[f"{family}.{name}"] for name in point if f"{family}.{name}" in policy.dims)
+
+
+def targets(policy: Policy, measured: list[tuple[Candidate, float]]) -> dict[str, dict]:
+    """Per dimension, the distribution over its values that weights each measured candidate of one problem by
+    exp((reward - best reward) / TEMPERATURE): the family over all candidates, a family's fields over its own."""
+    best = max(value for _, value in measured)
+    out: dict[str, dict] = collections.defaultdict(lambda: collections.defaultdict(float))
+    for cand, value in measured:
+        weight = math.exp((value - best) / TEMPERATURE)
+        point = point_of(cand)
+        family = point["family"]
+        out["family"][family] += weight
+        for name, choice in point.items():
+            if f"{family}.{name}" in policy.dims:
+                out[f"{family}.{name}"][choice] += weight
+    smoothed = {}
+    for dim, t in out.items():
+        values = policy.dims[dim]
+        if len(values) > 1:  # a SMOOTHING share spread over every value keeps the fitted policy exploring
+            total = sum(t.values())
+            smoothed[dim] = {v: (1 - SMOOTHING) * t.get(v, 0.0) / total + SMOOTHING / len(values) for v in values}
+    return smoothed
+
+
+def warm_start(policy: Policy, measurements: list[Measurement], seed: int = 0) -> int:
+    """Fits the policy to `measurements` (those its space can express): EPOCHS passes over their problems in a
+    seeded shuffled order, each a step towards the advantage-weighted choice distribution of the problem's
+    measured candidates (an offline fit: unlike replaying policy-gradient steps it converges instead of
+    saturating). Per-problem baselines and elites stay empty. Returns how many measurements were used."""
+    by_problem: dict[Problem, list[tuple[Candidate, float]]] = collections.defaultdict(list)
+    used = 0
+    for problem, cand, value in measurements:
+        if known_to(policy, cand):
+            by_problem[problem].append((cand, value))
+            used += 1
+    fitted = [(problem, targets(policy, measured)) for problem, measured in by_problem.items()]
+    rng = random.Random(seed)
+    for _ in range(EPOCHS):
+        rng.shuffle(fitted)
+        for problem, target in fitted:
+            policy.imitate(problem, target, FIT_RATE)
+    return used

@@ -1,0 +1,101 @@
+"""Warm start: the rl policy fit to earlier measurements (sweep files, search stores) before a run proposes."""
+from pathlib import Path
+
+from cudal2_ops.measure import shapes
+from search import warm_start
+from search.candidate import Problem
+from search.loop import RunArgs, Search, geomean
+from search.policy import Policy
+from search.reward import FAILURE_REWARD
+from search.simulate import SimulatedBackend
+from search.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+SM80 = "sm80_cute_fp16_nt_64x64x64_s3_w4"
+SM90 = "sm90_tma_ws_fp16_nt_128x256x64_s0_c2x1_coop_persistent"
+
+
+def sweep_doc(rows):
+    return {"rows": [{"layout": "nt", "dtype": "fp16", "m": m, "n": n, "k": k, "baseline_us": 10.0,
+                      "candidates": [dict(kernel=kern, us=us, correct=ok, splits=0, swizzle=0, raster=0)
+                                     for kern, us, ok in cands]} for (m, n, k), cands in rows]}
+
+
+def test_sweep_rows_become_rewarded_measurements():
+    doc = sweep_doc([((64, 64, 256), [(SM80, 5.0, True), (SM90, 20.0, True), ("not_a_kernel", 1.0, True),
+                                      (SM90, None, None)]),
+                     ((4096, 4096, 4096), [(SM90, 8.0, False)])])
+    got = {(p.m, c.config): value for p, c, value in warm_start.from_sweep(doc)}
+    assert set(got) == {(64, SM80), (64, SM90), (4096, SM90)}  # the unknown kernel and the untimed one are dropped
+    assert 1.9 < got[(64, SM80)] <= 2.0 and 0.4 < got[(64, SM90)] <= 0.5
+    assert got[(4096, SM90)] == FAILURE_REWARD["incorrect"]
+
+
+def test_the_fit_prefers_each_shapes_winners():
+    small, large = (64, 64, 256), (4096, 4096, 4096)
+    doc = sweep_doc([(small, [(SM80, 5.0, True), (SM90, 12.0, True)]),
+                     (large, [(SM80, 30.0, True), (SM90, 8.0, True)])])
+    policy = Policy(90, 0)
+    assert warm_start.warm_start(policy, warm_start.from_sweep(doc)) == 4
+    top = {s: policy.top_values(Problem("nt", "fp16", *s), 1)["family"][0][0] for s in (small, large)}
+    assert top == {small: "sm80_cute", large: "sm90_tma_ws"}
+
+
+def test_the_committed_h200_sweep_teaches_hopper_kernels_for_large_squares_only():
+    policy = Policy(90, 0)
+    sweep = ROOT / "benchmarks" / "results" / "nvidia_h200" / "sweep_2026-11-23_cc51879.json"
+    assert warm_start.warm_start(policy, warm_start.load([sweep])) > 10000
+    family = {m: policy.top_values(Problem("nt", "fp16", m, m, m), 1)["family"][0] for m in (64, 4096)}
+    assert family[4096][0] == "sm90_tma_ws" and family[4096][1] > 0.9
+    assert family[64][0] != "sm90_tma_ws"
+    assert max(p for _, p in policy.top_values(Problem("nt", "fp16", 4096, 4096, 4096), 9)["sm90_tma_ws.tile_m"]) < 1
+
+
+def _simulated_sweep(problems, seed, per_problem=30):
+    store = Store(":memory:")
+    search = Search.start(store, SimulatedBackend(seed=seed), RunArgs(policy="sweep", budget_evals=per_problem *
+                                                                      len(problems), seed=seed), problems)
+    search.run()
+    keyed = {p.key: p for p in problems}
+    return [(keyed[e["problem_key"]], store.candidate(e["candidate_id"]), e["reward"])
+            for e in store.evaluations(search.run_id)]
+
+
+def _geomean_best(problems, seed, policy, warm=None):
+    store = Store(":memory:")
+    search = Search.start(store, SimulatedBackend(seed=seed), RunArgs(policy=policy, budget_evals=4 * len(problems),
+                                                                      seed=seed), problems, policy=warm)
+    search.run()
+    best = search.best_speedups()
+    return geomean([best.get(p.key, 0.01) for p in problems])
+
+
+def test_warm_start_from_other_shapes_wins_at_four_evaluations_per_problem():
+    """Simulated G1000: fit to a simulated sweep of 100 other shapes, the policy's first round over 60 new shapes
+    (4 evaluations each) beats the cold policy and the sweep heuristic, on each of two seeds."""
+    for seed in range(2):
+        problems = [Problem("nt", "fp16", *s) for s in shapes.stratified_sample(shapes.g1000(), 60, seed)]
+        others = [Problem("nt", "fp16", *s) for s in shapes.stratified_sample(shapes.g1000(), 160, seed + 100)]
+        others = [p for p in others if p not in problems][:100]
+        policy = Policy(90, seed)
+        warm_start.warm_start(policy, _simulated_sweep(others, seed), seed)
+        warm = _geomean_best(problems, seed, "rl", policy)
+        cold, sweep = _geomean_best(problems, seed, "rl"), _geomean_best(problems, seed, "sweep")
+        assert warm > max(cold, sweep) + 0.02, (seed, warm, cold, sweep)
+
+
+def test_a_store_is_a_warm_start_source_and_the_run_records_it(tmp_path):
+    problems = [Problem("nt", "fp16", *s) for s in shapes.stratified_sample(shapes.g1000(), 10, 0)]
+    first = Store(tmp_path / "first.db")
+    Search.start(first, SimulatedBackend(), RunArgs(policy="sweep", budget_evals=40), problems).run()
+    first.close()
+    measurements = warm_start.load([tmp_path / "first.db"])
+    assert len(measurements) == 40 and all(m[1].config for m in measurements)
+    store = Store(tmp_path / "second.db")
+    args = RunArgs(policy="rl", budget_evals=20, warm_start=[str(tmp_path / "first.db")])
+    search = Search.start(store, SimulatedBackend(), args, problems)
+    assert search.policy.to_json()["weights"] != Policy(90, 0).to_json()["weights"]
+    search.run()
+    resumed = Search.resume(store, SimulatedBackend(), search.run_id, {"budget_evals": 30})
+    assert resumed.args.warm_start == [str(tmp_path / "first.db")]
+    store.close()
