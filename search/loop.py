@@ -53,7 +53,6 @@ class RunArgs:
     artifacts: str = ""
     sim_delay_ms: float = 0.0
     max_builds: int | None = None  # new build keys the run may compile in total (None: unlimited)
-    wave: int = 0                  # problems proposed for and evaluated together within a round (0: all)
     warm_start: list[str] = dataclasses.field(default_factory=list)  # measurements the rl policy is first fit to
 
     def __post_init__(self) -> None:
@@ -191,11 +190,10 @@ class Search:
         return ((a.budget_evals is not None and self.store.evaluation_count(self.run_id) >= a.budget_evals) or
                 (a.budget_minutes is not None and row["elapsed_s"] >= 60 * a.budget_minutes))
 
-    def propose(self, round_: int, problems: list[Problem] | None = None) -> list[tuple[Candidate, Problem]]:
-        """One round of proposals for `problems` (default: every problem of the run), recorded; the feasible new
-        ones."""
+    def propose(self, round_: int) -> list[tuple[Candidate, Problem]]:
+        """One round of proposals for every problem, recorded; the feasible new ones."""
         requests = []
-        for problem in self.problems if problems is None else problems:
+        for problem in self.problems:
             context = self.context(problem)
             for proposer, label, share in self.proposers:
                 count = max(1, round(self.args.per_round * share))
@@ -221,13 +219,6 @@ class Search:
                         if not proposal.status:
                             requests.append((cand, problem))
         return requests
-
-    def waves(self) -> list[list[Problem]]:
-        """The run's problems in groups of `wave` (all at once when 0): each group is proposed for, evaluated and
-        learned from before the next is proposed for, so that one round's later problems already draw on what its
-        earlier ones taught the policy."""
-        size = self.args.wave or len(self.problems)
-        return [self.problems[i:i + size] for i in range(0, len(self.problems), size)]
 
     def pending(self) -> list[tuple[Candidate, Problem]]:
         """Usable proposals of this run that have no verdict yet (a stopped run's in-flight or compile-only work)."""
@@ -297,17 +288,12 @@ class Search:
         if leftover:
             self.evaluate(round_ - 1, leftover)
         while not self.done():
-            proposed = 0
-            for wave in self.waves():
-                began = time.monotonic()
-                requests = self.propose(round_, wave)
-                self.store.add_elapsed(self.run_id, time.monotonic() - began)
-                proposed += len(requests)
-                self.evaluate(round_, requests)
-                if self.done():
-                    break
-            if not proposed:
+            began = time.monotonic()
+            requests = self.propose(round_)
+            self.store.add_elapsed(self.run_id, time.monotonic() - began)
+            if not requests:
                 break  # every proposer is exhausted
+            self.evaluate(round_, requests)
             self.store.save_policy(self.run_id, round_, self.policy.to_json())
             if self.args.llm != "none" and self.args.memory:
                 memory_hook(self.store, self.args.memory)
