@@ -91,9 +91,13 @@ run_stage() {
                   --candidates "$names" --out "$OUT_DIR/candidates_report.md" ;;
     search) local store="$OUT_DIR/search.sqlite" common=(--arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
               --shapes "${SEARCH_SHAPES:-sample100}" --budget-evals "${SEARCH_EVALS:-2000}"
-              --budget-minutes "${SEARCH_MINUTES:-4}" --backend local --store "$store" --seed "${SEARCH_SEED:-0}")
+              --budget-minutes "${SEARCH_MINUTES:-4}" --backend local --artifacts build/search --store "$store"
+              --max-builds "${SEARCH_MAX_BUILDS:-16}" --seed "${SEARCH_SEED:-0}")
+            # SEARCH_WARM_START: measurement files the rl policy is fit to first (default: every committed sweep)
+            read -r -a warm <<<"${SEARCH_WARM_START:-$(ls benchmarks/results/*/sweep_*.json* | tr '\n' ' ')}"
             for policy in ${SEARCH_POLICIES:-rl random}; do
-              stage "search_$policy" "$PY" -m search run "${common[@]}" --policy "$policy"
+              extra=(); [ "$policy" = rl ] && [ ${#warm[@]} -gt 0 ] && extra=(--warm-start "${warm[@]}")
+              stage "search_$policy" "$PY" -m search run "${common[@]}" --policy "$policy" "${extra[@]}"
             done
             stage search_report "$PY" -m search report --store "$store" --out "$OUT_DIR/search_report" ;;
     search-emit) stage search_emit "$PY" -m search emit --store "$OUT_DIR/search.sqlite" &&
