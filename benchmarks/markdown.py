@@ -79,7 +79,12 @@ def roofline(effs: dict[tuple[str, str, str], dict]) -> list[str]:
     """% of roofline per implementation, layout and mode."""
     body = [[impl, layout, mode, _f(100 * e["median"], 1), _f(100 * e["geomean"], 1), str(e["n"])]
             for (impl, layout, mode), e in effs.items()]
-    return _table(["impl", "B layout", "mode", "median % of roofline", "geomean %", "n"], body)
+    lines = _table(["impl", "B layout", "mode", "median % of roofline", "geomean %", "n"], body)
+    by_bucket = [[impl, layout, mode] + [_f(100 * e["by_bucket"][b], 1) if e["by_bucket"][b] is not None else "-"
+                                         for b in BUCKET_LABELS] for (impl, layout, mode), e in effs.items()]
+    return lines + ["", "Median % of roofline by log2(M*N*K) bucket (where the time goes: small problems sit at "
+                        "the launch and latency floor, large ones near the peak):", ""] + \
+        _table(["impl", "B layout", "mode"] + [f"log2 MNK {b}" for b in BUCKET_LABELS], by_bucket)
 
 
 def failures(rows: list[dict]) -> list[str]:

@@ -112,11 +112,18 @@ def roofline_floor_us(shape: Shape, peak_tflops: float, bandwidth_gbs: float, el
 
 
 def roofline_efficiency(rows: list[dict], roofline: dict, stat: str = "median") -> dict[tuple[str, str, str], dict]:
-    """{(impl, layout, mode): {median, geomean, n}} of floor / time over valid rows (1.0 = at the roofline)."""
-    effs: dict[tuple[str, str, str], list[float]] = {}
+    """{(impl, layout, mode): {median, geomean, n, by_bucket}} of floor / time over valid rows (1.0 = at the
+    roofline); by_bucket: the median per log2(MNK) bucket (None where the bucket has no row)."""
+    effs: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
     for r in rows:
         if r["ok"]:
             floor = roofline_floor_us(shape_of(r), roofline["peak_tflops"], roofline["bandwidth_gbs"])
-            effs.setdefault((r["impl"], r["layout"], r["mode"]), []).append(floor / r[f"{stat}_us"])
-    return {key: {"median": statistics.median(v), "geomean": geomean(v), "n": len(v)}
-            for key, v in sorted(effs.items())}
+            effs.setdefault((r["impl"], r["layout"], r["mode"]), []).append(
+                (bucket_of(shape_of(r)), floor / r[f"{stat}_us"]))
+    out = {}
+    for key, pairs in sorted(effs.items()):
+        v = [e for _, e in pairs]
+        per_bucket = {b: [e for bucket, e in pairs if bucket == b] for b in BUCKET_LABELS}
+        out[key] = {"median": statistics.median(v), "geomean": geomean(v), "n": len(v),
+                    "by_bucket": {b: statistics.median(e) if e else None for b, e in per_bucket.items()}}
+    return out

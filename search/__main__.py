@@ -5,6 +5,7 @@
     python -m search report --store s.db --out report/
     python -m search emit --store s.db [--kernel-budget 48]
     python -m search export --store s.db --out rl.jsonl
+    python -m search findings --store s.db --sweep sweep.json --out findings.md
 """
 from __future__ import annotations
 
@@ -160,6 +161,28 @@ def cmd_export(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_findings(ns: argparse.Namespace) -> int:
+    from search.emit import sweep_of
+    from search.findings import findings_lines
+    from search.table_select import read_sweep
+    sections = []
+    for path in ns.store:
+        store = Store(path)
+        sections += [(f"store {path.name}, {s['environment']['gpu_name']}", s["rows"]) for s in sweep_of(store)]
+        store.close()
+    for path in ns.sweep:
+        sweep = read_sweep(path)
+        sections.append((f"sweep {path.name}, {sweep['environment']['gpu_name']}", sweep["rows"]))
+    if not sections:
+        raise SystemExit("give at least one --store or --sweep")
+    lines = ["# What the search found", ""]
+    for title, rows in sections:
+        lines += [f"## {title}", ""] + findings_lines(rows) + [""]
+    ns.out.write_text("\n".join(lines))
+    print(ns.out)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m search", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -218,6 +241,11 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--store", type=Path, required=True)
     export.add_argument("--out", type=Path, required=True)
     export.set_defaults(func=cmd_export)
+    found = sub.add_parser("findings", help="the winners' patterns by problem size (Markdown), from stores and sweeps")
+    found.add_argument("--store", type=Path, nargs="*", default=[])
+    found.add_argument("--sweep", type=Path, nargs="*", default=[], help="python -m search.sweep files (.json, .gz)")
+    found.add_argument("--out", type=Path, required=True)
+    found.set_defaults(func=cmd_findings)
     return p
 
 
