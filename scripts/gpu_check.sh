@@ -15,7 +15,9 @@
 # search.candidate_report), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
 # table from OUT_DIR/sweep.json, merged with OUT_DIR/sweep_cold.json when present, then a rebuild that compiles any
 # kernel it names). sweep-cold re-sweeps M <= 64 with cold weights (the decode regime). The sweep runs with PDL off
-# (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps.
+# (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps; so do
+# bench-kernel and bench-llm, whose kernel-mode figures are the headline (docs/EVALUATION.md: back-to-back replays
+# with PDL overstate small problems).
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
 set -uo pipefail
@@ -53,13 +55,13 @@ run_stage() {
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
                 --sample "${SANITIZE_SAMPLE:-12}" --out "$OUT_DIR/sanitize.json" ;;
-    bench-kernel) stage bench_kernel "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \
+    bench-kernel) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage bench_kernel "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \
                     --modes kernel --out "$OUT_DIR/g1000_kernel.json" ;;
     bench-offline) stage bench_offline "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \
                      --modes offline --out "$OUT_DIR/g1000_offline.json" ;;
     bench-server) stage bench_server "$PY" -m benchmarks.grid --shapes g1000 --sample 100 --seed 0 --layouts nt,nn \
                     --dtypes fp16 --modes server --out "$OUT_DIR/g1000_server.json" ;;
-    bench-llm) stage bench_llm "$PY" -m benchmarks.grid --shapes llm --layouts nt --dtypes fp16,bf16 \
+    bench-llm) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage bench_llm "$PY" -m benchmarks.grid --shapes llm --layouts nt --dtypes fp16,bf16 \
                  --modes kernel --out "$OUT_DIR/llm_kernel.json" ;;
     protocol) for v in default:1:0 short:0.03:0 nopdl:1:1; do  # name:target_ms:pdl_off, G1000 sample100 kernel mode
                 IFS=: read -r name target nopdl <<<"$v"
