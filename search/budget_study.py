@@ -2,11 +2,12 @@
 per problem (the question a real run's budget answers: how many evaluations per shape does each need?).
 
 For each seed: a stratified G1000 sample (fp16 NT) of `--shapes` problems; the policies sweep, random, rl (cold) and
-rl warm-started from a simulated sweep (`--warm-per-problem` evaluations each) of 100 other G1000 shapes; each run
-gets `budget x shapes` evaluations; the figure is the geomean over the sample of the best speedup found (0.01 for a
-problem left unmeasured). Writes JSON and a Markdown table.
+rl warm-started from a simulated H100 sweep (`--warm-per-problem` evaluations each) of 100 other G1000 shapes; each
+run gets `budget x shapes` evaluations on the simulated GPU of `--arch` (90: the H100 itself; 80: an A100, which then
+learns from another GPU's measurements of the families it shares); the figure is the geomean over the sample of the
+best speedup found (0.01 for a problem left unmeasured). Writes JSON and a Markdown table.
 
-    python -m search.budget_study --out benchmarks/results/simulated/budget_study.json
+    python -m search.budget_study --out benchmarks/results/simulated/budget_study.json [--arch 80]
 """
 from __future__ import annotations
 
@@ -44,16 +45,16 @@ def simulated_sweep(problems: list[Problem], seed: int, per_problem: int) -> lis
 
 
 def geomean_best(problems: list[Problem], seed: int, policy: str, per_problem: int,
-                 warm: list[warm_start.Measurement] | None = None) -> float:
-    """Geomean best speedup of one simulated run."""
+                 warm: list[warm_start.Measurement] | None = None, arch: int = 90) -> float:
+    """Geomean best speedup of one simulated run on the simulated GPU of `arch`."""
     fitted = None
     if warm is not None:
-        fitted = Policy(90, seed)
+        fitted = Policy(arch, seed)
         warm_start.warm_start(fitted, warm, seed)
     store = Store(":memory:")
-    search = Search.start(store, SimulatedBackend(seed=seed),
-                          RunArgs(policy=policy, budget_evals=per_problem * len(problems), seed=seed), problems,
-                          policy=fitted)
+    search = Search.start(store, SimulatedBackend(seed=seed, arch=arch),
+                          RunArgs(policy=policy, arch=arch, budget_evals=per_problem * len(problems), seed=seed),
+                          problems, policy=fitted)
     search.run()
     best = search.best_speedups()
     return geomean([best.get(p.key, 0.01) for p in problems])
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluations per problem, comma-separated")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--warm-per-problem", type=int, default=30)
+    parser.add_argument("--arch", type=int, choices=(90, 80), default=90, help="the simulated GPU the runs use")
     args = parser.parse_args(argv)
     began = time.monotonic()
     scores: dict[str, dict[int, list[float]]] = {p: {b: [] for b in args.budgets} for p in PROPOSERS}
@@ -78,15 +80,16 @@ def main(argv: list[str] | None = None) -> int:
             for proposer in PROPOSERS:
                 policy = "rl" if proposer == "rl+warm" else proposer
                 scores[proposer][budget].append(
-                    geomean_best(problems, seed, policy, budget, warm if proposer == "rl+warm" else None))
-    doc = {"settings": vars(args) | {"out": str(args.out)}, "backend": "simulated H100 (search/simulate.py)",
+                    geomean_best(problems, seed, policy, budget, warm if proposer == "rl+warm" else None, args.arch))
+    gpu = SimulatedBackend(arch=args.arch).environment()["gpu_name"]
+    doc = {"settings": vars(args) | {"out": str(args.out)}, "backend": f"{gpu} (search/simulate.py)",
            "scores": {p: {str(b): v for b, v in by.items()} for p, by in scores.items()},
            "wall_s": round(time.monotonic() - began, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    lines = [f"# Proposers by budget (simulated; {args.shapes} G1000 shapes fp16 NT; seeds 0-{args.seeds - 1})", "",
+    lines = [f"# Proposers by budget ({gpu}; {args.shapes} G1000 shapes fp16 NT; seeds 0-{args.seeds - 1})", "",
              "Geomean over the sample of the best speedup found vs simulated cuBLASLt-autotune; mean over seeds "
-             "(per seed in brackets). rl+warm: fit first to a simulated sweep of 100 other shapes "
+             "(per seed in brackets). rl+warm: fit first to a simulated H100 sweep of 100 other shapes "
              f"({args.warm_per_problem} evaluations each).", "",
              "| proposer | " + " | ".join(f"{b} evals/problem" for b in args.budgets) + " |",
              "|---|" + "---|" * len(args.budgets)]
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{statistics.mean(v):.3f} ({', '.join(f'{x:.3f}' for x in v)})"
                  for v in scores[proposer].values()]
         lines.append(f"| {proposer} | " + " | ".join(cells) + " |")
-    lines += ["", f"Command: `python -m search.budget_study --out {args.out}`; {doc['wall_s']} s."]
+    lines += ["", f"Command: `python -m search.budget_study --out {args.out} --arch {args.arch}`; {doc['wall_s']} s."]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -99,3 +99,12 @@ def test_a_store_is_a_warm_start_source_and_the_run_records_it(tmp_path):
     resumed = Search.resume(store, SimulatedBackend(), search.run_id, {"budget_evals": 30})
     assert resumed.args.warm_start == [str(tmp_path / "first.db")]
     store.close()
+
+
+def test_budget_study_writes_its_table(tmp_path):
+    from search import budget_study
+    out = tmp_path / "study.json"
+    assert budget_study.main(["--out", str(out), "--shapes", "8", "--budgets", "2", "--seeds", "1", "--arch", "80",
+                              "--warm-per-problem", "4"]) == 0
+    text = out.with_suffix(".md").read_text()
+    assert "Simulated A100-SXM4-80GB" in text and "| rl+warm |" in text and "2 evals/problem" in text
