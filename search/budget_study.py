@@ -39,9 +39,7 @@ def simulated_sweep(problems: list[Problem], seed: int, per_problem: int) -> lis
     search = Search.start(store, SimulatedBackend(seed=seed),
                           RunArgs(policy="sweep", budget_evals=per_problem * len(problems), seed=seed), problems)
     search.run()
-    keyed = {p.key: p for p in problems}
-    return [(keyed[e["problem_key"]], store.candidate(e["candidate_id"]), e["reward"])
-            for e in store.evaluations(search.run_id)]
+    return warm_start.measurements_of(store, search.run_id)
 
 
 def geomean_best(problems: list[Problem], seed: int, policy: str, per_problem: int,

@@ -13,6 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
+from cudal2_ops.tables import parse_key
 from search.candidate import OK
 from search.codegen import write_if_changed, write_kernel
 from search.config import HgemmConfig
@@ -39,7 +40,7 @@ def sweep_of(store: Store, run_id: str | None = None) -> list[dict]:
     for gpu_name, problems in by_gpu.items():
         rows = []
         for key, evaluations in sorted(problems.items()):
-            layout, dtype, m, n, k = key.split("_")
+            layout, dtype, m, n, k = parse_key(key)
             fastest: dict[str, dict] = {}
             for e in evaluations:
                 cand = store.candidate(e["candidate_id"])
@@ -49,7 +50,7 @@ def sweep_of(store: Store, run_id: str | None = None) -> list[dict]:
                          "candidate_id": e["candidate_id"]}
                 if e["candidate_id"] not in fastest or e["us"] < fastest[e["candidate_id"]]["us"]:
                     fastest[e["candidate_id"]] = entry
-            rows.append({"layout": layout, "dtype": dtype, "m": int(m), "n": int(n), "k": int(k),
+            rows.append({"layout": layout, "dtype": dtype, "m": m, "n": n, "k": k,
                          "baseline": "cublaslt-autotune",
                          "baseline_us": statistics.median(e["baseline_us"] for e in evaluations),
                          "candidates": list(fastest.values())})

@@ -79,12 +79,13 @@ def findings_lines(rows: list[dict], margin: float = DEFAULT_MARGIN) -> list[str
     header = ["bucket log2(MNK)", "problems", f"won (>= {1 + margin:.2f}x)", "geomean (cuBLASLt kept)", "best",
               "won by a searched config"]
     lines = ["Winners: per problem the fastest correct candidate, when it beats cuBLASLt-autotune by the table "
-             f"margin ({margin:.0%}).", ""] + _table(header, summary)
+             f"margin ({margin:.0%}).", ""] + markdown_table(header, summary)
     lines += ["", "Patterns of the winners (most frequent values, count of winning problems):", ""]
-    lines += _table(["bucket", "choice", "values"], detail) if detail else ["No winners."]
+    lines += markdown_table(["bucket", "choice", "values"], detail) if detail else ["No winners."]
     return lines
 
 
-def _table(header: list[str], rows: list[list]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list]) -> list[str]:
+    """A Markdown table's lines."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
         ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

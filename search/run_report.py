@@ -16,7 +16,7 @@ from pathlib import Path
 from cudal2_ops.measure.shapes import BUCKET_LABELS, bucket_of
 from search.candidate import OK
 from search.emit import sweep_of
-from search.findings import findings_lines
+from search.findings import findings_lines, markdown_table
 from search.loop import geomean
 from search.policy import Policy
 from search.store import Store
@@ -31,11 +31,6 @@ def best_within(evaluations: list, count: int | None = None) -> dict[str, float]
         if e["status"] == OK and e["us"]:
             best[e["problem_key"]] = max(best.get(e["problem_key"], 0.0), e["baseline_us"] / e["us"])
     return best
-
-
-def _table(header: list[str], rows: list[list]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
-        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
 def _fmt(x: float) -> str:
@@ -55,8 +50,8 @@ def policy_comparison(store: Store) -> tuple[list[str], dict[str, list]]:
              _fmt(geomean([max(1.0, best[r["id"]][k]) for k in shared]))] for r in runs]
     lines = [f"Every run cut to its first {budget} evaluations; geomean over the {len(shared)} problems all runs "
              "measured (raw best speedup, and with cuBLASLt kept where nothing wins):", ""]
-    return lines + _table(["run", "policy", "evaluations", "problems", "geomean best", "geomean table"], rows), \
-        evaluations
+    header = ["run", "policy", "evaluations", "problems", "geomean best", "geomean table"]
+    return lines + markdown_table(header, rows), evaluations
 
 
 def learned(store: Store) -> list[str]:
@@ -82,7 +77,7 @@ def learned(store: Store) -> list[str]:
             dims = {d.split(".", 1)[1]: v for d, v in top.items() if d.startswith(family + ".")}
             rows.append([bucket, problem.key, f"{family} ({top['family'][0][1]})",
                          "; ".join(f"{d}: " + ", ".join(f"{v} ({p})" for v, p in vals) for d, vals in dims.items())])
-        lines += _table(["bucket", "problem", "family", "top values"], rows) + [""]
+        lines += markdown_table(["bucket", "problem", "family", "top values"], rows) + [""]
     return lines or ["No rl run with a policy snapshot."]
 
 
@@ -102,7 +97,7 @@ def counts(store: Store) -> list[str]:
     status_rows = store.query("SELECT run_id, status, COUNT(*) AS n FROM evaluations GROUP BY run_id, status")
     proposal_rows = store.query("SELECT run_id, status, COUNT(*) AS n FROM proposals WHERE status != '' "
                                 "GROUP BY run_id, status")
-    lines += _table(["run", "verdict", "count"], [[r["run_id"], r["status"], r["n"]] for r in status_rows] +
+    lines += markdown_table(["run", "verdict", "count"], [[r["run_id"], r["status"], r["n"]] for r in status_rows] +
                     [[r["run_id"], f"proposal {r['status']}", r["n"]] for r in proposal_rows])
     lines += ["", "Failures by status (example reasons):", ""]
     failures = store.query("SELECT status, reason FROM evaluations WHERE status != 'ok' UNION ALL "
@@ -169,11 +164,11 @@ def write_report(store: Store, out: Path) -> Path:
         for key in sorted(best, key=lambda k: -best[k])[:10] + sorted(best, key=lambda k: best[k])[:5]:
             best_rows.append([rid, key, _fmt(best[key])])
     lines = ["# Search report", "", f"Store: `{store.path}`", "", "## Runs", ""]
-    lines += _table(["run", "policy", "GPU", "evaluations", "problems measured", "minutes", "geomean best",
+    lines += markdown_table(["run", "policy", "GPU", "evaluations", "problems measured", "minutes", "geomean best",
                      "finished"], run_rows)
     lines += ["", "## Policies at equal budget", ""] + comparison
     lines += ["", "## Best speedup per shape", "", "The 10 best and 5 worst problems of each run:", ""]
-    lines += _table(["run", "problem", "best speedup"], best_rows)
+    lines += markdown_table(["run", "problem", "best speedup"], best_rows)
     lines += ["", "## Plots", ""] + plots(store, evaluations, out)
     lines += ["", "## What the search found", ""] + found(store)
     lines += ["", "## What the policy learned", ""] + learned(store)

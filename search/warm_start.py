@@ -16,17 +16,17 @@ sweep heuristic; tests/test_search_warm_start.py checks the 4-evaluation gain on
 from __future__ import annotations
 
 import collections
-import gzip
-import json
 import math
 import random
 from pathlib import Path
 
+from cudal2_ops.tables import parse_key
 from search.candidate import INCORRECT, OK, Candidate, EvalResult, Problem
 from search.policy import Policy
 from search.reward import reward
 from search.space import point_of
 from search.store import Store
+from search.table_select import read_sweep
 
 Measurement = tuple[Problem, Candidate, float]  # a problem, a measured candidate, its reward
 TEMPERATURE = 0.05  # reward scale of the fit's weights: a candidate 5% slower than the best weighs e^-1 as much
@@ -35,13 +35,10 @@ FIT_RATE = 0.2
 SMOOTHING = 0.1     # share of each target spread uniformly over the dimension's values
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
-
-
 def from_sweep(doc: dict) -> list[Measurement]:
     """The measurements of a `python -m search.sweep` results document (correct candidates rewarded with their
-    speedup over the row's cuBLASLt-autotune time, incorrect ones as INCORRECT)."""
+    speedup over the row's cuBLASLt-autotune time, incorrect ones as INCORRECT; kernels that are no config of
+    today's space are left out)."""
     out = []
     for row in doc["rows"]:
         problem = Problem(row["layout"], row["dtype"], row["m"], row["n"], row["k"])
@@ -55,29 +52,28 @@ def from_sweep(doc: dict) -> list[Measurement]:
                 result = EvalResult(INCORRECT)
             else:
                 continue  # not timed (e.g. declined the problem)
-            out.append((problem, cand, result))
-    return [(p, cand, _reward(result, cand)) for p, cand, result in out if _reward(result, cand) is not None]
+            try:
+                out.append((problem, cand, reward(result, cand)))
+            except ValueError:
+                continue  # no config of today's space
+    return out
 
 
-def _reward(result: EvalResult, cand: Candidate) -> float | None:
-    """The run's reward of a measurement; None for a kernel that is no config of today's space."""
-    try:
-        return reward(result, cand)
-    except ValueError:
-        return None
+def measurements_of(store: Store, run_id: str | None = None) -> list[Measurement]:
+    """The config evaluations of an open store (of one run, or all), with their stored rewards."""
+    out = []
+    for e in store.evaluations(run_id):
+        cand = store.candidate(e["candidate_id"])
+        if cand.config:
+            out.append((Problem(*parse_key(e["problem_key"])), cand, e["reward"]))
+    return out
 
 
 def from_store(path: Path) -> list[Measurement]:
-    """The config evaluations of a search store, with their stored rewards."""
+    """The config evaluations of the search store at `path`, with their stored rewards."""
     store = Store(path)
     try:
-        out = []
-        for e in store.evaluations():
-            cand = store.candidate(e["candidate_id"])
-            if cand.config:
-                layout, dtype, m, n, k = e["problem_key"].split("_")
-                out.append((Problem(layout, dtype, int(m), int(n), int(k)), cand, e["reward"]))
-        return out
+        return measurements_of(store)
     finally:
         store.close()
 
@@ -89,7 +85,7 @@ def load(paths: list[Path]) -> list[Measurement]:
         if path.suffix in (".sqlite", ".db"):
             out += from_store(path)
         else:
-            out += from_sweep(_read_json(path))
+            out += from_sweep(read_sweep(path))
     return out
 
 

@@ -2,9 +2,9 @@
 from pathlib import Path
 
 from cudal2_ops.measure import shapes
-from search import warm_start
+from search import budget_study, warm_start
 from search.candidate import Problem
-from search.loop import RunArgs, Search, geomean
+from search.loop import RunArgs, Search
 from search.policy import Policy
 from search.reward import FAILURE_REWARD
 from search.simulate import SimulatedBackend
@@ -51,25 +51,6 @@ def test_the_committed_h200_sweep_teaches_hopper_kernels_for_large_squares_only(
     assert max(p for _, p in policy.top_values(Problem("nt", "fp16", 4096, 4096, 4096), 9)["sm90_tma_ws.tile_m"]) < 1
 
 
-def _simulated_sweep(problems, seed, per_problem=30):
-    store = Store(":memory:")
-    search = Search.start(store, SimulatedBackend(seed=seed), RunArgs(policy="sweep", budget_evals=per_problem *
-                                                                      len(problems), seed=seed), problems)
-    search.run()
-    keyed = {p.key: p for p in problems}
-    return [(keyed[e["problem_key"]], store.candidate(e["candidate_id"]), e["reward"])
-            for e in store.evaluations(search.run_id)]
-
-
-def _geomean_best(problems, seed, policy, warm=None):
-    store = Store(":memory:")
-    search = Search.start(store, SimulatedBackend(seed=seed), RunArgs(policy=policy, budget_evals=4 * len(problems),
-                                                                      seed=seed), problems, policy=warm)
-    search.run()
-    best = search.best_speedups()
-    return geomean([best.get(p.key, 0.01) for p in problems])
-
-
 def test_warm_start_from_other_shapes_wins_at_four_evaluations_per_problem():
     """Simulated G1000: fit to a simulated sweep of 100 other shapes, the policy's first round over 60 new shapes
     (4 evaluations each) beats the cold policy and the sweep heuristic, on each of two seeds."""
@@ -77,10 +58,8 @@ def test_warm_start_from_other_shapes_wins_at_four_evaluations_per_problem():
         problems = [Problem("nt", "fp16", *s) for s in shapes.stratified_sample(shapes.g1000(), 60, seed)]
         others = [Problem("nt", "fp16", *s) for s in shapes.stratified_sample(shapes.g1000(), 160, seed + 100)]
         others = [p for p in others if p not in problems][:100]
-        policy = Policy(90, seed)
-        warm_start.warm_start(policy, _simulated_sweep(others, seed), seed)
-        warm = _geomean_best(problems, seed, "rl", policy)
-        cold, sweep = _geomean_best(problems, seed, "rl"), _geomean_best(problems, seed, "sweep")
+        warm = budget_study.geomean_best(problems, seed, "rl", 4, budget_study.simulated_sweep(others, seed, 30))
+        cold, sweep = (budget_study.geomean_best(problems, seed, policy, 4) for policy in ("rl", "sweep"))
         assert warm > max(cold, sweep) + 0.02, (seed, warm, cold, sweep)
 
 
@@ -102,7 +81,6 @@ def test_a_store_is_a_warm_start_source_and_the_run_records_it(tmp_path):
 
 
 def test_budget_study_writes_its_table(tmp_path):
-    from search import budget_study
     out = tmp_path / "study.json"
     assert budget_study.main(["--out", str(out), "--shapes", "8", "--budgets", "2", "--seeds", "1", "--arch", "80",
                               "--warm-per-problem", "4"]) == 0
