@@ -12,6 +12,7 @@ import os
 import shutil
 import site
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from build_tools import kernel_lib, requirements  # noqa: E402 (repository-local build helpers)
+from build_tools import build_estimate, kernel_lib, requirements  # noqa: E402 (repository-local build helpers)
 
 VERSION = "0.1.0"
 KERNEL_LIB_NAME = "libcudal2_kernels.so"
@@ -113,13 +114,20 @@ def extension_modules() -> tuple[list, dict]:
             package_dir = ROOT / "cudal2_ops" if self.inplace else Path(self.build_lib) / "cudal2_ops"
             self.copy_tables(package_dir)
             if os.environ.get("CUDAL2_SKIP_KERNELS") == "1":
-                print("cudal2: CUDAL2_SKIP_KERNELS=1, building without table kernels")
+                print("cudal2: CUDAL2_SKIP_KERNELS=1: no kernel library; every CUDA fp16/bf16 call runs cuBLASLt",
+                      flush=True)
             else:
                 names = kernel_lib.select_kernel_names(os.environ.get("CUDAL2_KERNELS"))
                 linked = kernel_lib.build_library(names, package_dir / KERNEL_LIB_NAME,
                                                   kernel_lib.parse_arch_list(arch_list))
-                print(f"cudal2: {len(linked)} kernels in {package_dir / KERNEL_LIB_NAME} for {arch_list}")
+                print(f"cudal2: {len(linked)} kernels in {package_dir / KERNEL_LIB_NAME} for {arch_list}", flush=True)
+            jobs = int(os.environ["MAX_JOBS"])
+            print(f"cudal2: building the binding cudal2_ops._C ({len(sources)} C++ sources, {jobs} jobs; from scratch "
+                  f"about {kernel_lib.format_seconds(build_estimate.binding_seconds(len(sources), jobs))}, "
+                  "later only what changed)", flush=True)
+            start = time.monotonic()
             super().run()
+            print(f"cudal2: binding built in {kernel_lib.format_seconds(time.monotonic() - start)}", flush=True)
 
         @staticmethod
         def copy_tables(package_dir: Path) -> None:
@@ -142,14 +150,18 @@ def extension_modules() -> tuple[list, dict]:
     return [ext], {"build_ext": BuildWithKernels}
 
 
+INSTALLED_PACKAGES = ("cudal2_ops", "cudal2_catalog", "cudal2_testing", "search", "benchmarks", "studies")
 ext_modules, cmdclass = extension_modules()
 
 setup(
     name="cudal2_ops",
     version=VERSION,
     description="Tuned fp16/bf16 GEMM kernels for NVIDIA GPUs with a cuBLASLt-backed dispatcher",
-    packages=find_packages(include=["cudal2_ops", "cudal2_ops.*"]),
-    package_data={"cudal2_ops": [KERNEL_LIB_NAME, "tables/*/*.json", "measure/llm_shapes.json"]},
+    # The user package plus the kernel catalog, the testing helpers, the search, the benchmarks and the studies, so
+    # that `python -m search` (and the others) run from any folder after the install.
+    packages=find_packages(include=[name for top in INSTALLED_PACKAGES for name in (top, f"{top}.*")]),
+    package_data={"cudal2_ops": [KERNEL_LIB_NAME, "tables/*/*.json"], "cudal2_testing": ["measure/llm_shapes.json"],
+                  "search": ["llm/gpu_memory.md"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
     python_requires=">=3.10",

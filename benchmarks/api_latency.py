@@ -30,7 +30,7 @@ import torch.nn.functional as F
 import cudal2_ops
 from cudal2_ops._extension import _C
 from cudal2_ops import patch
-from cudal2_ops.measure import env, timing
+from cudal2_testing.measure import env, timing
 from cudal2_ops.patch import patch_linear, unpatch_linear
 
 SHAPES = [(64, 64, 64), (256, 256, 256), (1024, 1024, 1024), (16, 4096, 4096)]

@@ -1,9 +1,9 @@
 """Correctness gate of the benchmark: every output is compared with the fp32 reference of the project's
-correctness harness (`cudal2_ops.correctness`) before it may be timed; tolerances are the harness's."""
+correctness harness (`cudal2_testing.correctness`) before it may be timed; tolerances are the harness's."""
 from __future__ import annotations
 
 import torch
-from cudal2_ops.correctness import REL_TOL, error_stats, reference
+from cudal2_testing.correctness import REL_TOL, error_stats, reference
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {name: REL_TOL[dt] for name, dt in DTYPES.items()}

@@ -1,6 +1,6 @@
 """The decode family's share of HBM bandwidth on LLM decode shapes (M <= 64), with cold weights.
 
-Problems: the LLM shapes (cudal2_ops/measure/shapes.py) with M <= 64 in the NT layout (nn.Linear weight [N, K]), per dtype.
+Problems: the LLM shapes (cudal2_testing/measure/shapes.py) with M <= 64 in the NT layout (nn.Linear weight [N, K]), per dtype.
 Peak: a 2 GiB device-to-device copy in the same run, (read + write bytes) / best of 20 CUDA-event times (eager: in a
 CUDA graph the copy runs on the copy engines, which are slower); every % is of that measured figure, and a
 read-mostly GEMM can exceed it slightly. Cold weights: each problem rotates over input sets (activation, weight,
@@ -9,7 +9,7 @@ Candidates: cuBLASLt with its top heuristic algorithm and autotuned (`_C.cublasl
 first call), and every loaded decode kernel of the dtype and layout at splits 0 (the kernel's own choice), 1, 2, 4,
 8 and 16 (values the kernel rejects are skipped). Each candidate first runs once on set 0 with a NaN-poisoned output
 against the fp32 reference (relative Frobenius error <= 1e-3 fp16 / 8e-3 bf16); an incorrect one is recorded and not
-timed. Timing is kernel mode (cudal2_ops/measure/timing.py: CUDA-graph replay of R calls rotating over the sets, median per
+timed. Timing is kernel mode (cudal2_testing/measure/timing.py: CUDA-graph replay of R calls rotating over the sets, median per
 call). Shapes are visited in an order whose every prefix is spread over the list, so a run cut by `--budget-s`
 (recorded as `complete: false`) still samples every size.
 
@@ -29,10 +29,13 @@ from pathlib import Path
 
 import torch
 
+from cudal2_catalog.config import Knobs
 from cudal2_ops._extension import _C
-from cudal2_ops.correctness.reference import DTYPES, REL_TOL, error_stats, reference
-from cudal2_ops.measure import env, shapes, timing
-from cudal2_ops.measure.cold_l2 import COLD_FACTOR, bytes_per_call, cold_set_count, l2_bytes
+from cudal2_testing.correctness.reference import DTYPES, REL_TOL, error_stats, reference
+from cudal2_testing.kernel_timing import kernel_impl
+from cudal2_testing.measure import env, shapes, timing
+from cudal2_testing.measure.summary import geomean, markdown_table
+from cudal2_testing.measure.cold_l2 import COLD_FACTOR, bytes_per_call, cold_set_count, l2_bytes
 
 LAYOUT = "nt"
 MAX_M = 64
@@ -102,7 +105,7 @@ def head_to_head(rows: list[dict]) -> dict:
     and the geomean of cuBLASLt-autotune time / decode time."""
     ratios = [r["speedup_vs_autotune"] for r in rows if r["speedup_vs_autotune"] is not None]
     return {"compared": len(ratios), "decode_wins": sum(x > 1.0 for x in ratios),
-            "geomean_speedup": math.exp(statistics.fmean(map(math.log, ratios))) if ratios else None}
+            "geomean_speedup": geomean(ratios) if ratios else None}
 
 
 def verdicts(summary: dict) -> list[dict]:
@@ -131,10 +134,6 @@ def _f(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _table(head: list[str], body: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
-
-
 def _us_pct(cand: dict | None) -> list[str]:
     if not cand or cand.get("us") is None:
         return ["-", "-"]
@@ -152,7 +151,7 @@ def render_markdown(doc: dict) -> str:
              f"- {doc['protocol']['cold']}", "", "## Summary", ""]
     body = [[impl, subset, f"{st['n']}", f"{st['missing']}", _f(st["median"]), _f(st["min"])]
             for impl in IMPLS for subset, st in s[impl].items()]
-    lines += _table(["impl", "problems", "timed", "untimed", "median %", "min %"], body)
+    lines += markdown_table(["impl", "problems", "timed", "untimed", "median %", "min %"], body)
     h = s["vs_cublaslt_autotune"]
     lines += ["", f"Decode beats cuBLASLt-autotune on {h['decode_wins']} of {h['compared']} problems "
                   f"(geomean speedup {_f(h['geomean_speedup'], 3)}).", "", "## Targets (decode family)", ""]
@@ -166,7 +165,7 @@ def render_markdown(doc: dict) -> str:
         body.append([r["dtype"], f"{r['m']}", f"{r['n']}", f"{r['k']}", best.get("kernel", "-"),
                      f"{best.get('splits', '-')}", *_us_pct(best), *_us_pct(r["cublaslt"]["heuristic"]),
                      *_us_pct(r["cublaslt"]["autotune"]), _f(r["speedup_vs_autotune"], 3)])
-    lines += _table(["dtype", "M", "N", "K", "decode kernel", "splits", "us", "%", "lt-heur us", "%",
+    lines += markdown_table(["dtype", "M", "N", "K", "decode kernel", "splits", "us", "%", "lt-heur us", "%",
                      "lt-auto us", "%", "auto/decode"], body)
     return "\n".join(lines) + "\n"
 
@@ -242,7 +241,8 @@ def lt_call(sets: list[tuple], policy: str):
 
 def kernel_call(sets: list[tuple], name: str, splits: int):
     """call(i): decode kernel `name` with `splits` on set i."""
-    return lambda i: _C.run_kernel(name, sets[i][0], sets[i][1], None, sets[i][2], LAYOUT, splits, 0, 0)
+    impl = kernel_impl(name, LAYOUT, Knobs(splits=splits))
+    return lambda i: impl(sets[i][0], sets[i][1], None, sets[i][2])
 
 
 def measure_problem(m: int, n: int, k: int, dtype: str, kernels: list[str], l2: int, bandwidth_gbs: float,

@@ -44,7 +44,8 @@ import cudal2_ops
 from benchmarks import projection_bound
 from benchmarks.decode_bandwidth import copy_bandwidth
 from benchmarks.llama_block import LlamaConfig, LlamaStack, rope_tables, run_layers
-from cudal2_ops.measure import env
+from cudal2_testing.measure import env
+from cudal2_testing.measure.summary import geomean
 from cudal2_ops.patch import patch_linear, unpatch_linear
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -293,7 +294,7 @@ class Bench:
 
 
 def environment(argv: list[str], cfg: LlamaConfig, args: argparse.Namespace) -> dict:
-    """cudal2_ops.measure.env's header plus this benchmark's model, patch filters and protocol."""
+    """cudal2_testing.measure.env's header plus this benchmark's model, patch filters and protocol."""
     hdr = env.header(argv)
     hdr["command"] = shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.e2e", *argv])
     hdr["cudal2_available"] = cudal2_ops.is_available()
@@ -354,8 +355,8 @@ def markdown(doc: dict) -> str:
               "| phase | mode | n | GPU | e2e |", "|---|---|---|---|---|"]
     for (phase, mode), rows in sorted(group_ok(doc["rows"]).items()):
         lines.append(f"| {phase} | {mode} | {len(rows)} | "
-                     f"{statistics.geometric_mean(r['speedup_gpu'] for r in rows):.3f} | "
-                     f"{statistics.geometric_mean(r['speedup_e2e'] for r in rows):.3f} |")
+                     f"{geomean(r['speedup_gpu'] for r in rows):.3f} | "
+                     f"{geomean(r['speedup_e2e'] for r in rows):.3f} |")
     return "\n".join(lines + projection_lines(doc)) + "\n"
 
 
@@ -415,7 +416,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, required=True, help="folder for e2e_<date>.json and .md")
     ap.add_argument("--quick", action="store_true", help="tiny subset (< 1 min): 2 layers, fp16, decode B 1 and 32, "
                     "prefill B 1 x 512, modes eager and graph unless --modes is given")
-    ap.add_argument("--model", default="llama-3-8b", help="shape set in cudal2_ops/measure/llm_shapes.json")
+    ap.add_argument("--model", default="llama-3-8b", help="shape set in cudal2_testing/measure/llm_shapes.json")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dtypes", type=_names(tuple(DTYPES)), default=list(DTYPES))
     ap.add_argument("--modes", type=_names(PHASE_MODES["decode"]), default=None, help="default: all")

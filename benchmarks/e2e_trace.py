@@ -22,7 +22,7 @@ from torch.autograd import DeviceType
 
 from benchmarks import e2e
 from benchmarks.llama_block import LlamaConfig
-from cudal2_ops.measure import env
+from cudal2_testing.measure import env
 
 TOP = 12
 

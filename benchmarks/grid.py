@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import check, impls, results, runner
-from cudal2_ops.measure import env, shapes
+from cudal2_testing.measure import env, shapes
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FLUSH_S = 15.0
@@ -94,7 +94,7 @@ def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_nam
                 "sample": args.sample, "below_mnk_log2": args.below_mnk_log2, "seed": args.seed, "layouts": args.layouts, "dtypes": args.dtypes,
                 "modes": args.modes, "l2": args.l2, "impls": impl_names, "unavailable": unavailable,
                 "tolerance": check.TOLERANCE, "settings": vars(settings) | {"modes": list(settings.modes)},
-                "reference": "cudal2_ops.correctness.reference (fp32, no TF32, no reduced-precision reductions)",
+                "reference": "cudal2_testing.correctness.reference (fp32, no TF32, no reduced-precision reductions)",
                 "kernel": "CUDA graph of R calls, replay timed by CUDA events, median over >= 5 replays, per call",
                 "offline": "perf_counter around one call, synchronize before/after, fresh inputs, shuffled order",
                 "server": "offline + exponential idle gap (mean 1/qps) before each call"}

@@ -47,20 +47,20 @@ def _torch_calls() -> dict[str, Call]:
 
 
 def _native_call(name: str, layout: str) -> Call:
+    """A baseline's call: cuBLASLt on the extension's baseline instance (nothing it tunes reaches cudal2's
+    dispatcher; autotune selects by CUDA-graph replay, see cudal2_testing.lt_baseline), or cublasGemmEx."""
     from cudal2_ops import _C
+    from cudal2_testing import lt_baseline
 
-    if name.startswith("cublaslt-"):
-        fn, policy = _C.cublaslt_matmul, name.split("-")[1]
+    if name.startswith("cublaslt-autotune"):
+        return lt_baseline.AutotunedLt(layout)
+    if name.startswith("cublaslt-heuristic"):
+        return lt_baseline.heuristic(layout)
+    fn = _C.testing.cublas_gemm
 
-        def call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-            fn(a, b, None, out, layout, policy)
-            return out
-    else:
-        fn = _C.cublas_gemm
-
-        def call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-            fn(a, b, out, layout)
-            return out
+    def call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        fn(a, b, out, layout)
+        return out
     return call
 
 

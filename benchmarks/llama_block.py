@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cudal2_ops.measure.shapes import LLM_SHAPES_FILE
+from cudal2_testing.measure.shapes import LLM_SHAPES_FILE
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -44,7 +44,7 @@ class LlamaConfig:
 
     @classmethod
     def from_shapes(cls, model: str = "llama-3-8b", layers: int = 4) -> LlamaConfig:
-        """Dimensions of `model` from cudal2_ops/measure/llm_shapes.json, with `layers` decoder layers."""
+        """Dimensions of `model` from cudal2_testing/measure/llm_shapes.json, with `layers` decoder layers."""
         spec = json.loads(LLM_SHAPES_FILE.read_text())["models"][model]
         return cls(hidden=spec["hidden"], intermediate=spec["intermediate"], heads=spec["heads"],
                    kv_heads=spec["kv_heads"], head_dim=spec["head_dim"], layers=layers)

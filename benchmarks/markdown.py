@@ -4,7 +4,8 @@ failures."""
 from __future__ import annotations
 
 from benchmarks.stats import BASELINES, LOSS_BELOW, Comparison
-from cudal2_ops.measure.shapes import BUCKET_LABELS
+from cudal2_testing.measure.shapes import BUCKET_LABELS
+from cudal2_testing.measure.summary import markdown_table
 
 HOST_MODES = ("offline", "server")
 MAX_FAILURES_LISTED = 30
@@ -12,10 +13,6 @@ MAX_FAILURES_LISTED = 30
 
 def _f(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _table(head: list[str], body: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
 
 
 def environment(header: dict, protocol: dict) -> list[str]:
@@ -47,7 +44,7 @@ def table1(comps: dict[str, Comparison]) -> list[str]:
         if any(a["n"] for a in aggs):
             body.append([b] + [v for a in aggs for v in (_f(a["mean"]), _f(a["median"]), _f(a["std"]),
                                                          f"{a['wins']}/{a['n']}")])
-    return _table(head, body)
+    return markdown_table(head, body)
 
 
 def full(comp: Comparison) -> list[str]:
@@ -61,7 +58,7 @@ def full(comp: Comparison) -> list[str]:
             body.append([b, str(a["n"]), _f(a["geomean"]), _f(a["mean"]), _f(a["median"]), _f(a["std"]),
                          _f(a["min"]), _f(a["max"]), str(a["wins"]), str(a["losses"]),
                          str(comp.failures.get(b, 0))])
-    return _table(head, body)
+    return markdown_table(head, body)
 
 
 def buckets(comp: Comparison) -> list[str]:
@@ -72,19 +69,19 @@ def buckets(comp: Comparison) -> list[str]:
         per = comp.by_bucket(b)
         if any(a["n"] for a in per.values()):
             body.append([b] + [f"{_f(per[k]['geomean'])} ({per[k]['n']})" for k in BUCKET_LABELS])
-    return _table(head, body)
+    return markdown_table(head, body)
 
 
 def roofline(effs: dict[tuple[str, str, str], dict]) -> list[str]:
     """% of roofline per implementation, layout and mode."""
     body = [[impl, layout, mode, _f(100 * e["median"], 1), _f(100 * e["geomean"], 1), str(e["n"])]
             for (impl, layout, mode), e in effs.items()]
-    lines = _table(["impl", "B layout", "mode", "median % of roofline", "geomean %", "n"], body)
+    lines = markdown_table(["impl", "B layout", "mode", "median % of roofline", "geomean %", "n"], body)
     by_bucket = [[impl, layout, mode] + [_f(100 * e["by_bucket"][b], 1) if e["by_bucket"][b] is not None else "-"
                                          for b in BUCKET_LABELS] for (impl, layout, mode), e in effs.items()]
     return lines + ["", "Median % of roofline by log2(M*N*K) bucket (where the time goes: small problems sit at "
                         "the launch and latency floor, large ones near the peak):", ""] + \
-        _table(["impl", "B layout", "mode"] + [f"log2 MNK {b}" for b in BUCKET_LABELS], by_bucket)
+        markdown_table(["impl", "B layout", "mode"] + [f"log2 MNK {b}" for b in BUCKET_LABELS], by_bucket)
 
 
 def failures(rows: list[dict]) -> list[str]:

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from benchmarks.stats import BASELINES, Comparison, roofline_floor_us, shape_of  # noqa: E402
-from cudal2_ops.measure.shapes import BUCKET_EDGES, BUCKET_LABELS, bucket_of, log2_mnk  # noqa: E402
+from cudal2_testing.measure.shapes import BUCKET_EDGES, BUCKET_LABELS, bucket_of, log2_mnk  # noqa: E402
 
 SPEEDUP_TICKS = (0.125, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0)
 # x position of each bucket's median marker (the bucket centre; the open ends get a nominal width).

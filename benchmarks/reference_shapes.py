@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 
+from cudal2_catalog.config import DEFAULT_KNOBS, Knobs
+from cudal2_catalog.families import knob_grid
 from cudal2_ops._extension import _C
-from cudal2_ops.measure import env
-from search.config import DEFAULT_KNOBS
-from search.sweep import ProblemRun, fastest, kernel_impl, knob_grid, knobs_of, time_call
+from cudal2_testing.kernel_timing import ProblemRun, fastest, kernel_impl, time_call
+from cudal2_testing.measure import env
 
 FAMILY = "sm90_tma_ws"
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192))
@@ -43,19 +44,12 @@ def label(cand: dict) -> str:
     """A candidate's kernel and knobs as one string ("cublaslt-autotune" for the baselines)."""
     if cand["kernel"] in BASELINES:
         return cand["kernel"]
-    return f"{cand['kernel']} splits={cand['splits']} swizzle={cand['swizzle']} raster={cand['raster']}"
-
-
-def baseline_call(run: ProblemRun, policy: str):
-    """call(i): cuBLASLt with `policy` ("autotune" tunes on its first call) on the problem's input set i."""
-    def call(i: int) -> None:
-        _C.cublaslt_matmul(*run.operands(i), None, run.out, run.layout, policy)
-    return call
+    return " ".join([cand["kernel"]] + [f"{name}={value}" for name, value in Knobs.from_dict(cand).to_dict().items()])
 
 
 def kernel_call(run: ProblemRun, cand: dict):
     """call(i): a candidate's kernel with its knobs on the problem's input set i."""
-    impl = kernel_impl(cand["kernel"], run.layout, knobs_of(cand))
+    impl = kernel_impl(cand["kernel"], run.layout, Knobs.from_dict(cand))
 
     def call(i: int) -> None:
         impl(*run.operands(i), None, run.out)
@@ -77,9 +71,9 @@ def rounds(run: ProblemRun, finalists: list[dict], n_rounds: int, rng: random.Ra
     """Times the baselines and `finalists` in `n_rounds` shuffled rounds; returns one entry per candidate with its
     per-round times, median, and paired ratios against the same round's cuBLASLt-autotune time."""
     entries = [{"kernel": b, "us_rounds": []} for b in BASELINES]
-    entries += [{**{k: c[k] for k in ("kernel", "splits", "swizzle", "raster", "err")}, "us_rounds": []}
+    entries += [{"kernel": c["kernel"], **Knobs.from_dict(c).to_dict(), "err": c["err"], "us_rounds": []}
                 for c in finalists]
-    calls = [baseline_call(run, b.split("-")[1]) for b in BASELINES]
+    calls = [run.baseline_call(b.split("-")[1]) for b in BASELINES]
     calls += [kernel_call(run, c) for c in finalists]
     for _ in range(n_rounds):
         order = list(range(len(entries)))
@@ -99,7 +93,7 @@ def measure_problem(layout: str, dtype: str, shape: tuple[int, int, int], kernel
                     rng: random.Random) -> dict:
     """Screen and rounds for one problem; `best` is the sm90 entry with the highest paired ratio."""
     run = ProblemRun.random(layout, dtype, *shape)
-    _C.cublaslt_matmul(run.a, run.b, None, run.out, layout, "autotune")  # tunes once for this problem
+    run.baseline_call("autotune")(0)  # tunes once for this problem
     baseline_err = run.rel_err()
     cands = screen(run, kernels)
     entries = rounds(run, fastest(cands, TOP), n_rounds, rng)

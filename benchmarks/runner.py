@@ -10,8 +10,8 @@ import torch
 
 from benchmarks import check
 from benchmarks.impls import Impl
-from cudal2_ops.measure import timing
-from cudal2_ops.measure.shapes import Shape
+from cudal2_testing.measure import timing
+from cudal2_testing.measure.shapes import Shape
 
 DTYPES = check.DTYPES
 MODES = ("kernel", "offline", "server")

@@ -3,11 +3,11 @@ geomean, mean, median, std, min, max, wins (> 1.00), losses (< 0.98); "-max" bas
 the NN and TN variant; failed rows are excluded and counted; roofline efficiency per implementation."""
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 
-from cudal2_ops.measure.shapes import BUCKET_LABELS, Shape, bucket_of
+from cudal2_testing.measure.shapes import BUCKET_LABELS, Shape, bucket_of
+from cudal2_testing.measure.summary import geomean
 
 LOSS_BELOW = 0.98
 WIN_ABOVE = 1.00
@@ -17,11 +17,6 @@ VARIANTS = {"cublas": ("cublas-nn", "cublas-tn"),
 BASELINES = ("torch",) + tuple(n for fam, pair in VARIANTS.items() for n in (*pair, f"{fam}-max"))
 # The autotuned cuBLASLt must not be slower than the heuristic one on average (geomean ratio), within 1 % noise.
 AUTOTUNE_SANITY_MIN = 0.99
-
-
-def geomean(xs: list[float]) -> float:
-    """Geometric mean of positive values (NaN when empty)."""
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
 
 
 def aggregate(speedups: list[float]) -> dict:

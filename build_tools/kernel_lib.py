@@ -6,6 +6,7 @@ compiles only what changed and objects built on one machine (e.g. a CPU-only dev
 carried to another.
 
     python -m build_tools.kernel_lib --out cudal2_ops/libcudal2_kernels.so [--names NAME ...] [--archs 9.0a]
+    python -m build_tools.kernel_lib --estimate     # what a build would compile here, and how long it would take
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from build_tools import build_estimate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNELS_DIR = REPO_ROOT / "kernels"
@@ -169,7 +172,7 @@ def find_source(name: str) -> Path:
     """The generated source of kernel `name` (searched in every kernels/<arch_dir>/)."""
     hits = sorted(KERNELS_DIR.glob(f"*/{name}.cu"))
     if not hits:
-        raise KernelBuildError(f"no source for kernel {name!r} under {KERNELS_DIR}/*/ (run python -m search.codegen)")
+        raise KernelBuildError(f"no source for kernel {name!r} under {KERNELS_DIR}/*/ (run python -m cudal2_catalog.codegen)")
     return hits[0]
 
 
@@ -211,15 +214,20 @@ def default_jobs() -> int:
     return max(1, min(cores, by_mem))
 
 
-def compile_object(source: Path, archs: list[str], cache_dir: Path) -> Path | None:
-    """Compiles one kernel source into a cached object; None when no requested arch applies to it."""
+def object_path(source: Path, archs: list[str], cache_dir: Path) -> Path | None:
+    """Where the cached object of `source` built for `archs` lives; None when no requested arch applies to it."""
     arch_flags = gencode_flags(source.parent.name, archs)
     if not arch_flags:
         return None
-    flags = common_flags() + arch_flags
-    obj = cache_dir / f"{source.stem}-{object_key(source, flags)}.o"
-    if obj.exists():
+    return cache_dir / f"{source.stem}-{object_key(source, common_flags() + arch_flags)}.o"
+
+
+def compile_object(source: Path, archs: list[str], cache_dir: Path) -> Path | None:
+    """Compiles one kernel source into a cached object; None when no requested arch applies to it."""
+    obj = object_path(source, archs, cache_dir)
+    if obj is None or obj.exists():
         return obj
+    flags = common_flags() + gencode_flags(source.parent.name, archs)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = obj.with_suffix(f".{os.getpid()}.tmp.o")
     proc = subprocess.run([nvcc_path(), *flags, "-c", str(source), "-o", str(tmp)], capture_output=True, text=True)
@@ -279,44 +287,82 @@ def link_library(objects: dict[str, Path], out: Path, archs: list[str]) -> list[
     return linked
 
 
+def expected_seconds(sources: list[Path], archs: list[str], cache_dir: Path) -> dict[str, float]:
+    """Expected compile seconds of each kernel source (by name) for `archs`: its family's measured time per target
+    (build_tools/build_estimate.py), 0 for a cached object or a kernel with no requested target."""
+    expected = {}
+    for src in sources:
+        obj = object_path(src, archs, cache_dir)
+        targets = len(gencode_flags(src.parent.name, archs))
+        expected[src.stem] = build_estimate.kernel_seconds(src.stem, targets, cached=obj is None or obj.exists())
+    return expected
+
+
+def plan_summary(expected: dict[str, float], archs: list[str], jobs: int) -> str:
+    """One line: how many kernels a build compiles, how many are cached, and how long it should take."""
+    to_compile = sum(1 for seconds in expected.values() if seconds > 0)
+    total = build_estimate.parallel_seconds(list(expected.values()), jobs)
+    rest = "" if to_compile == len(expected) else " (the rest cached or not built for these targets)"
+    return (f"{len(expected)} kernels for {';'.join(archs)}, {to_compile} to compile{rest}: about "
+            f"{format_seconds(total)} with {jobs} jobs")
+
+
 def build_library(names: list[str], out: Path, archs: list[str], cache_dir: Path = DEFAULT_CACHE_DIR,
                   jobs: int | None = None, progress=print_progress) -> list[str]:
     """Compiles `names` for `archs` and links them into the shared library `out`; returns the names linked in.
 
-    Reports each finished kernel to `progress` with the time elapsed and an estimate of the time left (the mean
-    time per kernel so far; cached objects finish at once, so the estimate is rough until real compiles finish).
-    Kernels whose folder has no requested arch are skipped. Raises KernelBuildError on any failure.
+    Starts the longest compiles first and reports the plan, then each finished kernel, to `progress` with the time
+    elapsed and the time left: each unfinished kernel's measured family compile time (build_tools/build_estimate.py)
+    scaled by this machine's speed on the kernels finished so far. Kernels whose folder has no requested arch are
+    skipped. Raises KernelBuildError on any failure.
     """
     sources = [find_source(n) for n in names]
     jobs = jobs or default_jobs()
+    expected = expected_seconds(sources, archs, cache_dir)
+    sources.sort(key=lambda src: -expected[src.stem])
+    clock = build_estimate.BuildClock(expected, jobs)
     objects: dict[str, Path] = {}
-    progress(f"[kernels] building {len(sources)} kernels for {';'.join(archs)} with {jobs} jobs "
-             f"(objects cached in {cache_dir})")
+    progress(f"[kernels] building {plan_summary(expected, archs, jobs)} (objects cached in {cache_dir})")
     start = time.monotonic()
+
+    def compile_timed(src: Path) -> Path | None:
+        clock.started(src.stem, time.monotonic())
+        return compile_object(src, archs, cache_dir)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(compile_object, src, archs, cache_dir): src.stem for src in sources}
+        futures = {pool.submit(compile_timed, src): src.stem for src in sources}
         for i, fut in enumerate(concurrent.futures.as_completed(futures), 1):
             obj = fut.result()
+            now = time.monotonic()
+            clock.finished(futures[fut], now)
             if obj is not None:
                 objects[futures[fut]] = obj
-            elapsed = time.monotonic() - start
-            left = elapsed / i * (len(sources) - i)
-            progress(f"[kernels {i}/{len(sources)}, {format_seconds(elapsed)} elapsed, about {format_seconds(left)} "
-                     f"left] {futures[fut]}{'' if obj else ' (no target arch, skipped)'}")
+            progress(f"[kernels {i}/{len(sources)}, {format_seconds(now - start)} elapsed, about "
+                     f"{format_seconds(clock.seconds_left(now))} left] {futures[fut]}"
+                     f"{'' if obj else ' (no target arch, skipped)'}")
     return link_library(objects, out, archs)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m build_tools.kernel_lib",
                                      description="Build the torch-free cudal2 kernel library.")
-    parser.add_argument("--out", type=Path, required=True, help="path of the shared library to write")
+    parser.add_argument("--out", type=Path, help="path of the shared library to write")
+    parser.add_argument("--estimate", action="store_true",
+                        help="print what a build would compile (cached objects left out) and how long it would take")
     parser.add_argument("--names", nargs="*", help="kernel names (default: tables + default set, CUDAL2_KERNELS)")
     parser.add_argument("--archs", default=os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS))
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("CUDAL2_KERNEL_CACHE", DEFAULT_CACHE_DIR)))
     parser.add_argument("--jobs", type=int, default=None)
     args = parser.parse_args()
+    if args.out is None and not args.estimate:
+        parser.error("give --out PATH (build the library) or --estimate (say what a build would take)")
     names = args.names if args.names else select_kernel_names(os.environ.get("CUDAL2_KERNELS"))
-    linked = build_library(names, args.out, parse_arch_list(args.archs), args.cache_dir, args.jobs)
+    archs = parse_arch_list(args.archs)
+    if args.estimate:
+        sources = [find_source(n) for n in names]
+        print(plan_summary(expected_seconds(sources, archs, args.cache_dir), archs, args.jobs or default_jobs()))
+        return
+    linked = build_library(names, args.out, archs, args.cache_dir, args.jobs)
     print(f"linked {len(linked)} kernels into {args.out}")
 
 

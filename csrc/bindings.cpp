@@ -1,32 +1,23 @@
 // Python bindings of the extension `cudal2_ops._C`: op registration (torch.ops.cudal2.*), the eager fast path,
-// kernel libraries, tables, configuration, introspection and low-level entry points for tests and benchmarks.
+// kernel libraries, tables, configuration and introspection. The tuner's entry points are in `_C.tuning`
+// (tuning_bindings.cpp), those of tests and benchmarks in `_C.testing` (testing_bindings.cpp).
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
-#include <chrono>
-
-#include "baselines_cublas.h"
+#include "binding_helpers.h"
 #include "cublaslt_gemm.h"
 #include "dispatch.h"
 #include "eager_entry.h"
 #include "gemm_ops.h"
 #include "gemm_route.h"
 #include "kernel_registry.h"
+#include "tuning_bindings.h"
 
 namespace cudal2 {
 namespace {
-
-// explain() and time_linear_stages() decide for a call whose output is not allocated yet: they stand in this
-// address for the fresh [M, N] output the call would allocate (16-byte aligned, ldd = N). Kernels' can_implement never
-// dereferences it.
-void assume_fresh_output(GemmArgs& g) {
-  g.d = reinterpret_cast<void*>(uintptr_t{4096});
-  g.ldd = g.n;
-}
 
 // Runs an entry with C++ warnings (TORCH_WARN, e.g. torch resizing an out= tensor) raised as Python warnings, as
 // torch's own bindings do; otherwise they print to stderr, out of reach of Python's warning filters.
@@ -39,54 +30,6 @@ at::Tensor with_python_warnings(Entry&& entry) {
     handler.set_in_exception();  // the warnings are still raised; the exception propagates unchanged
     throw;
   }
-}
-
-cudal2_layout parse_layout(const std::string& layout) {
-  TORCH_CHECK(layout == "nn" || layout == "nt", "layout must be 'nn' (b is [K, N]) or 'nt' (b is [N, K]), got '",
-              layout, "'");
-  return layout == "nt" ? CUDAL2_NT : CUDAL2_NN;
-}
-
-// Routes (a, b in `layout`, bias) into `out` for the low-level entry points, which accept only routable tensors.
-Route route_low_level(const char* what, const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias,
-                      const at::Tensor& out, const std::string& layout) {
-  const RightOperand b_op{b, parse_layout(layout) == CUDAL2_NT};
-  check_same_device_and_dtype(what, "a", a, "b", b);
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b_op.k(), what, ": need a [M, K] and b [K, N] (nn) "
-              "or [N, K] (nt); got ", a.sizes(), " and ", b.sizes(), " with layout ", layout);
-  TORCH_CHECK(out.dim() == 2 && out.size(0) == a.size(0) && out.size(1) == b_op.n() &&
-              out.scalar_type() == a.scalar_type() && out.device() == a.device(), what, ": out must be [M, N] = [",
-              a.size(0), ", ", b_op.n(), "] of dtype ", a.scalar_type(), " on ", a.device(), ", got ", out.sizes());
-  Route route = route_gemm(a, b_op, bias_or_null(bias), &out);
-  TORCH_CHECK(route.ours, what, ": these tensors cannot take the tuned path: ", route.torch_reason);
-  return route;
-}
-
-void cublaslt_matmul(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, at::Tensor& out,
-                     const std::string& layout, const std::string& policy) {
-  TORCH_CHECK(policy == "heuristic" || policy == "autotune", "policy must be 'heuristic' or 'autotune', got '", policy,
-              "'");
-  c10::cuda::CUDAGuard guard(a.device());
-  Route route = route_low_level("cudal2 cublaslt_matmul", a, b, bias, out, layout);
-  const GemmArgs& g = route.args;
-  const bool ok = CublasLtGemm::instance().run(
-      g, policy == "autotune" ? LtPolicy::kAutotune : LtPolicy::kHeuristic, workspace_for(g.device, g.stream));
-  TORCH_CHECK(ok, "cudal2 cublaslt_matmul: cuBLASLt has no algorithm for this problem");
-}
-
-void run_kernel(const std::string& name, const at::Tensor& a, const at::Tensor& b,
-                const std::optional<at::Tensor>& bias, at::Tensor& out, const std::string& layout, int splits,
-                int swizzle, int raster) {
-  const cudal2_kernel* kernel = KernelRegistry::instance().find(name);
-  TORCH_CHECK(kernel != nullptr, "cudal2 run_kernel: no kernel named '", name, "' is loaded");
-  c10::cuda::CUDAGuard guard(a.device());
-  Route route = route_low_level("cudal2 run_kernel", a, b, bias, out, layout);
-  const GemmArgs& g = route.args;
-  const cudal2_problem p = make_problem(g, TableEntry{kernel, splits, swizzle, raster}, workspace_for(g.device, g.stream),
-                                        at::cuda::getDeviceProperties(g.device)->multiProcessorCount);
-  const cudal2_status status = kernel->launch(&p);
-  TORCH_CHECK(status == CUDAL2_OK, "cudal2 run_kernel: kernel ", name, " returned status ", static_cast<int>(status),
-              " for M=", g.m, " N=", g.n, " K=", g.k, " (1 unsupported, 2 workspace, 3 launch failed, 4 bad argument)");
 }
 
 // Which path a call would take, and why (no GPU work except cuBLASLt's host-side heuristic query). Validates the
@@ -142,9 +85,11 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b, const std::opti
     out["raster"] = d.entry.raster;
     return out;
   }
-  const LtChoice lt = CublasLtGemm::instance().describe(g);
+  const LtChoice lt = CublasLtGemm::instance().describe(g, d.entry.has_lt ? &d.entry.lt : nullptr);
   out["path"] = lt.available ? "cublaslt" : "torch";
-  out["cublaslt_policy"] = d.lt_policy == LtPolicy::kAutotune ? "autotune" : (lt.tuned ? "tuned" : "heuristic");
+  out["cublaslt_policy"] = std::string(lt.source) == "table" ? "table"
+                           : d.lt_policy == LtPolicy::kAutotune ? "autotune" : (lt.tuned ? "tuned" : "heuristic");
+  out["cublaslt_config"] = lt.config;
   out["cublaslt_candidate"] = lt.candidate_index;
   out["cublaslt_candidates"] = lt.candidate_count;
   out["cublaslt_tuned_us"] = lt.tuned_us;
@@ -154,60 +99,34 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b, const std::opti
   return out;
 }
 
-// Host nanoseconds per call of each stage of an eager linear (no bias) as `linear_entry` runs it, averaged over
-// `iters` calls of each stage alone: `direct_check` (may the call skip the dispatcher), `route` (validation, strides,
-// alignment), `decide` (the decision of a repeated problem, cuBLASLt plan lookup, workspace), `allocate` (the output),
-// and `call` (the whole C++ entry, launch included). `call` less the others is the launch; the Python wrapper and the
-// binding entry are what a Python-level timing adds.
-pybind11::dict time_linear_stages(const at::Tensor& x, const at::Tensor& weight, int iters) {
-  c10::cuda::CUDAGuard guard(x.device());
-  const RightOperand w{weight, true};
-  RoutedOperands operands;
-  Route route = route_or_copy(x, w, nullptr, operands);
-  TORCH_CHECK(route.ours, "time_linear_stages: tensors cannot take the tuned path: ", route.torch_reason);
-  TORCH_CHECK(operands.a.is_same(x) && operands.b.is_same(weight), "time_linear_stages: operands need staging "
-              "copies; pass contiguous, 16-byte aligned tensors");
-  const auto per_call_ns = [iters](auto&& stage) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) stage();
-    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
-           std::max(iters, 1);
-  };
-  pybind11::dict out;
-  out["direct_check"] = per_call_ns([&] { (void)direct_call_allowed(x, weight, nullptr); });
-  out["route"] = per_call_ns([&] { (void)route_or_copy(x, w, nullptr, operands); });
-  out["decide"] = per_call_ns([&] {
-    GemmArgs g = route.args;
-    assume_fresh_output(g);
-    int sm_count = 0;
-    const Decision& d = Dispatcher::instance().cached_decision(g, &sm_count);
-    if (d.path == Path::kCublasLt) (void)CublasLtGemm::instance().plan(g);
-    (void)workspace_for(g.device, g.stream);
-  });
-  out["allocate"] = per_call_ns([&] {
-    (void)at::detail::empty_cuda({route.args.m, route.args.n}, x.scalar_type(), x.device(), std::nullopt);
-  });
-  out["call"] = per_call_ns([&] { (void)linear_entry(x, weight, std::nullopt); });
-  return out;
-}
-
-// entries: (layout, dtype, m, n, k, kernel name, splits, swizzle, raster). Returns the names of kernels not loaded.
-std::vector<std::string> set_table(int device, const std::vector<std::tuple<std::string, std::string, int64_t, int64_t,
-                                                                             int64_t, std::string, int, int, int>>& rows,
-                                   bool nearest_m_up) {
+// rows: (layout, dtype, m, n, k, kernel name or "" for none, splits, swizzle, raster, cuBLASLt configuration fields
+// or [] for none). Returns the names of kernels not loaded (their rows keep only their cuBLASLt configuration).
+using TableRow = std::tuple<std::string, std::string, int64_t, int64_t, int64_t, std::string, int, int, int,
+                            std::vector<int64_t>>;
+std::vector<std::string> set_table(int device, const std::vector<TableRow>& rows, bool nearest_m_up,
+                                   bool nearest_m_cublaslt) {
   std::vector<std::pair<ShapeKey, TableEntry>> entries;
   std::vector<std::string> missing;
-  for (const auto& [layout, dtype, m, n, k, name, splits, swizzle, raster] : rows) {
-    const cudal2_kernel* kernel = KernelRegistry::instance().find(name);
-    if (kernel == nullptr) {
-      missing.push_back(name);
-      continue;
-    }
+  for (const auto& [layout, dtype, m, n, k, name, splits, swizzle, raster, lt] : rows) {
     TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "table dtype must be fp16 or bf16, got ", dtype);
-    entries.push_back({ShapeKey{parse_layout(layout), dtype == "bf16" ? CUDAL2_BF16 : CUDAL2_FP16, m, n, k},
-                       TableEntry{kernel, splits, swizzle, raster}});
+    TableEntry e;
+    if (!name.empty()) {
+      e.kernel = KernelRegistry::instance().find(name);
+      if (e.kernel == nullptr) missing.push_back(name);
+      e.splits = splits;
+      e.swizzle = swizzle;
+      e.raster = raster;
+    }
+    if (!lt.empty()) {
+      TORCH_CHECK(static_cast<int>(lt.size()) == LtConfig::kFields, "a table's cuBLASLt configuration has ",
+                  LtConfig::kFields, " fields, got ", lt.size());
+      e.has_lt = true;
+      std::copy(lt.begin(), lt.end(), e.lt.fields.begin());
+    }
+    if (e.kernel == nullptr && !e.has_lt) continue;
+    entries.push_back({ShapeKey{parse_layout(layout), dtype == "bf16" ? CUDAL2_BF16 : CUDAL2_FP16, m, n, k}, e});
   }
-  Dispatcher::instance().set_table(device, entries, nearest_m_up);
+  Dispatcher::instance().set_table(device, entries, TableRules{nearest_m_up, nearest_m_cublaslt});
   return missing;
 }
 
@@ -279,7 +198,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("kernel_names", [] { return KernelRegistry::instance().names(); });
   m.def("kernel_libraries", [] { return KernelRegistry::instance().libraries(); });
   m.def("kernel_info", &kernel_info);
-  m.def("set_table", &set_table, "Installs a device's table; returns the kernel names that are not loaded.");
+  m.def("set_table", &set_table, pybind11::arg("device"), pybind11::arg("rows"), pybind11::arg("nearest_m_up"),
+        pybind11::arg("nearest_m_cublaslt"), "Installs a device's table; returns the kernel names that are not loaded.");
   m.def("set_table_loader", [](pybind11::function loader) {
     // The dispatcher is never destroyed, so the Python callable it holds is never released after finalisation.
     auto* held = new pybind11::function(std::move(loader));
@@ -301,10 +221,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return std::make_tuple(c.kernels_enabled, c.tuning, c.print_configs);
   });
   m.def("explain", &explain, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("bias"), pybind11::arg("layout"));
-  m.def("time_linear_stages", &time_linear_stages, pybind11::arg("x"), pybind11::arg("weight"),
-        pybind11::arg("iters"), "Host ns per call of each stage of an eager linear (benchmarks.api_latency).");
-  m.def("cublaslt_matmul", &cublaslt_matmul, "cuBLASLt with the top heuristic or the autotuned algorithm.");
-  m.def("run_kernel", &run_kernel, "Runs one loaded kernel by name (tests, search).");
   m.def("tuned_records", [] {
     std::vector<std::tuple<std::string, std::string, float>> out;
     for (const auto& r : CublasLtGemm::instance().tuned_records()) out.emplace_back(r.key, r.algo_hex, r.us);
@@ -314,5 +230,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     CublasLtGemm::instance().add_known_algo(key, algo_hex);
   });
   m.def("cublaslt_version", [] { return static_cast<int64_t>(cublasLtGetVersion()); });
-  register_cublas_baseline(m);
+  auto tuning = m.def_submodule("tuning");
+  register_tuning_bindings(tuning);
+  auto testing = m.def_submodule("testing");
+  register_testing_bindings(testing);
 }

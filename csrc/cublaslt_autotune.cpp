@@ -21,12 +21,12 @@ constexpr double kBudgetMs = 400.0;  // per problem: later candidates are skippe
 constexpr int64_t kSpinCyclesPerCall = 60000;  // ~30 us at 2 GHz: more than the host needs to issue one call
 
 // Median time per call (us) of `algo`, or a negative value when a call fails.
-float time_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const Workspace& ws,
-                cudaEvent_t start, cudaEvent_t stop) {
-  if (lt_matmul(g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;  // warm-up
+float time_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
+                const Workspace& ws, cudaEvent_t start, cudaEvent_t stop) {
+  if (lt_matmul(handle, g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;  // warm-up
   at::cuda::sleep(kSpinCyclesPerCall);
   cudaEventRecord(start, g.stream);
-  if (lt_matmul(g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;
+  if (lt_matmul(handle, g, plan, algo, ws) != CUBLAS_STATUS_SUCCESS) return -1.f;
   cudaEventRecord(stop, g.stream);
   cudaEventSynchronize(stop);
   float first_ms = 0.f;
@@ -37,7 +37,7 @@ float time_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& alg
   for (int s = 0; s < kSamples; ++s) {
     at::cuda::sleep(kSpinCyclesPerCall * calls);
     cudaEventRecord(start, g.stream);
-    for (int i = 0; i < calls; ++i) lt_matmul(g, plan, algo, ws);
+    for (int i = 0; i < calls; ++i) lt_matmul(handle, g, plan, algo, ws);
     cudaEventRecord(stop, g.stream);
     cudaEventSynchronize(stop);
     float ms = 0.f;
@@ -50,7 +50,8 @@ float time_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& alg
 
 }  // namespace
 
-int autotune_candidates(const GemmArgs& g, LtPlan& plan, const Workspace& ws, float* best_us) {
+int autotune_candidates(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const Workspace& ws,
+                        float* best_us) {
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
   const auto t0 = std::chrono::steady_clock::now();
@@ -58,7 +59,7 @@ int autotune_candidates(const GemmArgs& g, LtPlan& plan, const Workspace& ws, fl
   for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
     const double spent_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i > 0 && spent_ms > kBudgetMs) break;
-    const float us = time_algo(g, plan, plan.candidates[i].algo, ws, start, stop);
+    const float us = time_algo(handle, g, plan, plan.candidates[i].algo, ws, start, stop);
     if (us > 0.f && (best < 0 || us < *best_us)) {
       best = i;
       *best_us = us;

@@ -1,13 +1,16 @@
-// cuBLASLt fallback: descriptor and heuristic cache per problem; tuned algorithms from this process or a file.
+// cuBLASLt fallback: descriptor and heuristic cache per problem; a table's configuration checked on first use; tuned
+// algorithms from this process or a file.
 #include "cublaslt_gemm.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/util/Exception.h>
 
 #include <array>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace cudal2 {
 namespace {
@@ -45,21 +48,24 @@ bool from_hex(const std::string& hex, void* data, size_t bytes) {
   return true;
 }
 
-// The split-K count of a cuBLASLt algorithm (1: none).
-int split_k_of(const cublasLtMatmulAlgo_t& algo) {
-  int32_t split_k = 1;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k), nullptr);
-  return split_k;
-}
-
 // The calling thread's cuBLASLt handle for `device` (the current device in every caller). torch's pool leases one per
 // (thread, device) for the thread's lifetime, so it is looked up once per thread instead of per call (torch's lookup
 // queries the current device and a map).
-cublasLtHandle_t lt_handle(int device) {
+cublasLtHandle_t torch_lt_handle(int device) {
   constexpr int kMaxDevices = 64;
   thread_local std::array<cublasLtHandle_t, kMaxDevices> handles{};
   if (device < 0 || device >= kMaxDevices) return at::cuda::getCurrentCUDABlasLtHandle();
   if (handles[device] == nullptr) handles[device] = at::cuda::getCurrentCUDABlasLtHandle();
+  return handles[device];
+}
+
+// A handle of the calling thread for `device` that no other code uses (the baseline instance's), created on first
+// use and kept for the thread's lifetime.
+cublasLtHandle_t own_lt_handle(int device) {
+  constexpr int kMaxDevices = 64;
+  thread_local std::array<cublasLtHandle_t, kMaxDevices> handles{};
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "cudal2: device index ", device, " out of range");
+  if (handles[device] == nullptr) check_lt(cublasLtCreate(&handles[device]), "Create");
   return handles[device];
 }
 
@@ -102,8 +108,17 @@ LtPlan::~LtPlan() {
 }
 
 CublasLtGemm& CublasLtGemm::instance() {
-  static auto* gemm = new CublasLtGemm();  // leaked: plans must outlive static destruction order
+  static auto* gemm = new CublasLtGemm(false);  // leaked: plans must outlive static destruction order
   return *gemm;
+}
+
+CublasLtGemm& CublasLtGemm::baseline() {
+  static auto* gemm = new CublasLtGemm(true);
+  return *gemm;
+}
+
+cublasLtHandle_t CublasLtGemm::handle(int device) {
+  return own_handles_ ? own_lt_handle(device) : torch_lt_handle(device);
 }
 
 // Column-major view of the row-major problem: D^T[N, M] = op(B)^T[N, K] @ A^T[K, M]. cuBLASLt's "A" is our B and its
@@ -151,7 +166,7 @@ std::shared_ptr<LtPlan> CublasLtGemm::plan_for(const GemmArgs& g, const LtPlanKe
   std::vector<cublasLtMatmulHeuristicResult_t> results(kMaxCandidates);
   int returned = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(at::cuda::getCurrentCUDABlasLtHandle(), plan->desc, plan->layout_a,
+      cublasLtMatmulAlgoGetHeuristic(handle(g.device), plan->desc, plan->layout_a,
                                      plan->layout_b, plan->layout_d, plan->layout_d, pref, kMaxCandidates,
                                      results.data(), &returned);
   cublasLtMatmulPreferenceDestroy(pref);
@@ -165,8 +180,8 @@ std::shared_ptr<LtPlan> CublasLtGemm::plan_for(const GemmArgs& g, const LtPlanKe
   auto known = known_algos_.find(key.str());
   if (known != known_algos_.end() && !plan->candidates.empty()) {
     cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(at::cuda::getCurrentCUDABlasLtHandle(), plan->desc, plan->layout_a, plan->layout_b,
-                                plan->layout_d, plan->layout_d, &known->second, &check) == CUBLAS_STATUS_SUCCESS &&
+    if (cublasLtMatmulAlgoCheck(handle(g.device), plan->desc, plan->layout_a, plan->layout_b, plan->layout_d,
+                                plan->layout_d, &known->second, &check) == CUBLAS_STATUS_SUCCESS &&
         check.workspaceSize <= kWorkspaceBytes) {
       plan->tuned = true;
       plan->tuned_algo = known->second;
@@ -175,12 +190,13 @@ std::shared_ptr<LtPlan> CublasLtGemm::plan_for(const GemmArgs& g, const LtPlanKe
   return plans_.emplace(key, plan).first->second;
 }
 
-cublasStatus_t lt_matmul(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const Workspace& ws) {
+cublasStatus_t lt_matmul(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
+                         const Workspace& ws) {
   if (g.bias != nullptr) {
     cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias));
   }
   const float alpha = 1.f, beta = 0.f;
-  return cublasLtMatmul(lt_handle(g.device), plan.desc, &alpha, g.b, plan.layout_a, g.a,
+  return cublasLtMatmul(handle, plan.desc, &alpha, g.b, plan.layout_a, g.a,
                         plan.layout_b, &beta, g.d, plan.layout_d, g.d, plan.layout_d, &algo, ws.ptr, ws.bytes,
                         g.stream);
 }
@@ -190,7 +206,7 @@ void CublasLtGemm::tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws) {
   cudaStreamIsCapturing(g.stream, &capture);
   if (capture != cudaStreamCaptureStatusNone || plan.candidates.empty()) return;  // cannot time while capturing
   float best_us = 0.f;
-  const int best = autotune_candidates(g, plan, ws, &best_us);
+  const int best = autotune_candidates(handle(g.device), g, plan, ws, &best_us);
   if (best < 0) return;
   plan.tuned = true;
   plan.tuned_index = best;
@@ -201,46 +217,114 @@ void CublasLtGemm::tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws) {
 std::shared_ptr<LtPlan> CublasLtGemm::plan(const GemmArgs& g) {
   const LtPlanKey key = lt_plan_key(g);
   // Repeated calls of one problem (the common case in a model) skip the shared map and its lock.
+  // (Per instance: the baseline instance must never see the dispatcher's plans.)
+  thread_local const CublasLtGemm* last_owner = nullptr;
   thread_local LtPlanKey last_key{-1};
   thread_local std::shared_ptr<LtPlan> last_plan;
-  if (!(last_plan && key == last_key)) {
+  if (!(last_plan && last_owner == this && key == last_key)) {
     last_plan = plan_for(g, key);
     last_key = key;
+    last_owner = this;
   }
   return last_plan;
 }
 
-bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws) {
+bool CublasLtGemm::check_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo) {
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(handle(g.device), plan.desc, plan.layout_a, plan.layout_b, plan.layout_d,
+                                 plan.layout_d, &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= kWorkspaceBytes;
+}
+
+bool CublasLtGemm::table_algo_ready(const GemmArgs& g, LtPlan& plan, const LtConfig& config) {
+  if (plan.table_state != 0 && plan.table_config == config) return plan.table_state > 0;
+  plan.table_config = config;
+  const bool ok = algo_from_config(handle(g.device), g.dtype, config, &plan.table_algo) &&
+                  check_algo(g, plan, plan.table_algo);
+  plan.table_state = ok ? 1 : -1;
+  if (!ok) {
+    static std::mutex warned_mutex;
+    static std::unordered_set<std::string> warned;
+    const std::string entry = (g.layout == CUDAL2_NT ? "nt_" : "nn_") + std::string(g.dtype == CUDAL2_BF16 ? "bf16_" : "fp16_") +
+                              std::to_string(g.m) + "_" + std::to_string(g.n) + "_" + std::to_string(g.k);
+    std::lock_guard<std::mutex> lock(warned_mutex);
+    if (warned.insert(entry + config.str()).second) {
+      TORCH_WARN("cudal2: the table's cuBLASLt configuration for ", entry, " (", config.str(),
+                 ") cannot run this call on this cuBLASLt; using cuBLASLt's heuristic for it");
+    }
+  }
+  return ok;
+}
+
+bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws, const LtConfig* table_config) {
   std::shared_ptr<LtPlan> p = plan(g);
   std::lock_guard<std::mutex> lock(p->mutex);
+  const cublasLtHandle_t h = handle(g.device);
+  if (table_config != nullptr && table_algo_ready(g, *p, *table_config) &&
+      lt_matmul(h, g, *p, p->table_algo, ws) == CUBLAS_STATUS_SUCCESS) {
+    return true;
+  }
   if (policy == LtPolicy::kAutotune && !p->tuned) tune(g, *p, ws);
-  if (policy != LtPolicy::kHeuristic && p->tuned && lt_matmul(g, *p, p->tuned_algo, ws) == CUBLAS_STATUS_SUCCESS) {
+  if (policy != LtPolicy::kHeuristic && p->tuned && lt_matmul(h, g, *p, p->tuned_algo, ws) == CUBLAS_STATUS_SUCCESS) {
     return true;
   }
   // The heuristic's best runnable candidate. cuBLASLt can reject one at launch that its heuristic offered (it is not
   // told every property of the call, e.g. the bias pointer's alignment); such a candidate is skipped from then on.
   for (; p->first_runnable < static_cast<int>(p->candidates.size()); ++p->first_runnable) {
-    if (lt_matmul(g, *p, p->candidates[p->first_runnable].algo, ws) == CUBLAS_STATUS_SUCCESS) return true;
+    if (lt_matmul(h, g, *p, p->candidates[p->first_runnable].algo, ws) == CUBLAS_STATUS_SUCCESS) return true;
   }
   return false;
 }
 
-LtChoice CublasLtGemm::describe(const GemmArgs& g) {
+std::vector<LtConfig> CublasLtGemm::candidate_configs(const GemmArgs& g) {
+  std::shared_ptr<LtPlan> p = plan(g);
+  std::lock_guard<std::mutex> lock(p->mutex);
+  std::vector<LtConfig> out;
+  for (const auto& c : p->candidates) out.push_back(config_of(c.algo));
+  return out;
+}
+
+bool CublasLtGemm::run_config(const GemmArgs& g, const LtConfig& config, const Workspace& ws, std::string* why) {
+  std::shared_ptr<LtPlan> p = plan(g);
+  std::lock_guard<std::mutex> lock(p->mutex);
+  cublasLtMatmulAlgo_t algo{};
+  if (!algo_from_config(handle(g.device), g.dtype, config, &algo)) {
+    *why = "cuBLASLt does not know this configuration (" + config.str() + ")";
+    return false;
+  }
+  if (!check_algo(g, *p, algo)) {
+    *why = "cuBLASLt's check rejects this configuration for the problem (" + config.str() + ")";
+    return false;
+  }
+  const cublasStatus_t status = lt_matmul(handle(g.device), g, *p, algo, ws);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    *why = "cublasLtMatmul failed with status " + std::to_string(static_cast<int>(status));
+    return false;
+  }
+  return true;
+}
+
+LtChoice CublasLtGemm::describe(const GemmArgs& g, const LtConfig* table_config) {
   const LtPlanKey key = lt_plan_key(g);
   std::shared_ptr<LtPlan> plan = plan_for(g, key);
   std::lock_guard<std::mutex> lock(plan->mutex);
-  const bool available = plan->first_runnable < static_cast<int>(plan->candidates.size());
-  int split_k = 0;
-  uint32_t reduction = 0;
-  if (available || plan->tuned) {
-    const cublasLtMatmulAlgo_t& algo = plan->tuned ? plan->tuned_algo : plan->candidates[plan->first_runnable].algo;
-    split_k = split_k_of(algo);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof(reduction),
-                                         nullptr);
+  const bool from_table = table_config != nullptr && table_algo_ready(g, *plan, *table_config);
+  const bool heuristic_available = plan->first_runnable < static_cast<int>(plan->candidates.size());
+  const bool available = from_table || plan->tuned || heuristic_available;
+  const char* source = from_table ? "table" : (plan->tuned ? "tuned" : "heuristic");
+  std::string config;
+  int split_k = 0, reduction = 0;
+  if (available) {
+    const cublasLtMatmulAlgo_t& algo =
+        from_table ? plan->table_algo : (plan->tuned ? plan->tuned_algo : plan->candidates[plan->first_runnable].algo);
+    const LtConfig c = config_of(algo);
+    config = c.str();
+    split_k = static_cast<int>(c.split_k());
+    reduction = static_cast<int>(c.reduction());
   }
-  return LtChoice{available, plan->tuned, plan->tuned ? plan->tuned_index : plan->first_runnable,
-                  static_cast<int>(plan->candidates.size()), plan->tuned_us, key.str(), split_k,
-                  static_cast<int>(reduction)};
+  return LtChoice{available, source, config, plan->tuned,
+                  from_table ? -1 : (plan->tuned ? plan->tuned_index : plan->first_runnable),
+                  static_cast<int>(plan->candidates.size()), plan->tuned_us, key.str(), split_k, reduction};
 }
 
 std::vector<CublasLtGemm::TunedRecord> CublasLtGemm::tuned_records() {

@@ -1,4 +1,5 @@
-// cuBLASLt fallback: descriptors and the heuristic algorithm cached per problem, optional per-shape autotuning.
+// cuBLASLt fallback: descriptors and the heuristic algorithm cached per problem, a table's measured configuration
+// checked on first use, optional per-shape autotuning.
 #pragma once
 
 #include <cublasLt.h>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cublaslt_config.h"
 #include "gemm_args.h"
 #include "workspace.h"
 
@@ -45,13 +47,19 @@ struct LtPlan {
   float tuned_us = 0.f;
   int tuned_index = -1;  // index into candidates (or -1 when the algorithm came from the tuning file)
   int first_runnable = 0;  // candidates before it failed to launch for this problem
-  std::mutex mutex;      // guards the bias attribute and the tuned fields
+  // The table's configuration for this problem, checked on first use: 0 unchecked, 1 runs (table_algo), -1 cannot.
+  int table_state = 0;
+  LtConfig table_config;
+  cublasLtMatmulAlgo_t table_algo{};
+  std::mutex mutex;      // guards the bias attribute, the tuned and the table fields
   ~LtPlan();
 };
 
 // Description of what the fallback would run for a problem (for explain()).
 struct LtChoice {
   bool available;
+  const char* source;  // "table", "tuned" or "heuristic": where the algorithm that runs comes from
+  std::string config;  // its configuration (LtConfig::str)
   bool tuned;
   int candidate_index;  // -1 if from the tuning file
   int candidate_count;
@@ -63,12 +71,27 @@ struct LtChoice {
 
 class CublasLtGemm {
  public:
+  // The dispatcher's instance (torch's cuBLASLt handles).
   static CublasLtGemm& instance();
+  // A separate instance with its own handles, plans and tuning, for baselines timed beside cudal2 in one process:
+  // nothing a baseline tunes reaches the dispatcher.
+  static CublasLtGemm& baseline();
 
   // Runs the GEMM on g.stream; false when cuBLASLt has no algorithm for it (the caller then uses torch).
-  bool run(const GemmArgs& g, LtPolicy policy, const Workspace& ws);
+  // `table_config`: the table's measured configuration for this problem, used when it passes cuBLASLt's check for
+  // the problem (checked once per plan; one that fails is reported by a single warning and the heuristic runs).
+  bool run(const GemmArgs& g, LtPolicy policy, const Workspace& ws, const LtConfig* table_config = nullptr);
 
-  LtChoice describe(const GemmArgs& g);
+  LtChoice describe(const GemmArgs& g, const LtConfig* table_config = nullptr);
+
+  // The heuristic's candidates for g's problem as configurations, best first (the tuner times them).
+  std::vector<LtConfig> candidate_configs(const GemmArgs& g);
+
+  // Runs g with exactly `config` (rebuilt and checked for this problem); false with `why` set when it cannot.
+  bool run_config(const GemmArgs& g, const LtConfig& config, const Workspace& ws, std::string* why);
+
+  // The calling thread's handle of this instance for `device`.
+  cublasLtHandle_t handle(int device);
 
   // The cached plan of g's problem (created on first use; the last one is remembered per thread).
   std::shared_ptr<LtPlan> plan(const GemmArgs& g);
@@ -83,19 +106,27 @@ class CublasLtGemm {
   void add_known_algo(const std::string& key, const std::string& algo_hex);
 
  private:
+  explicit CublasLtGemm(bool own_handles) : own_handles_(own_handles) {}
   std::shared_ptr<LtPlan> plan_for(const GemmArgs& g, const LtPlanKey& key);
   void tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws);
+  // Whether the table's configuration runs this plan's problem (checks it on first use; the plan's mutex is held).
+  bool table_algo_ready(const GemmArgs& g, LtPlan& plan, const LtConfig& config);
+  bool check_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo);
 
+  const bool own_handles_;
   std::mutex mutex_;
   std::unordered_map<LtPlanKey, std::shared_ptr<LtPlan>, LtPlanKeyHash> plans_;
   std::unordered_map<std::string, cublasLtMatmulAlgo_t> known_algos_;
 };
 
-// Enqueues one cublasLtMatmul of `plan` with `algo` (the plan's mutex must be held). Returns the cuBLAS status.
-cublasStatus_t lt_matmul(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const Workspace& ws);
+// Enqueues one cublasLtMatmul of `plan` with `algo` on `handle` (the plan's mutex must be held). Returns the cuBLAS
+// status.
+cublasStatus_t lt_matmul(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
+                         const Workspace& ws);
 
 // Times every candidate of `plan` on g's buffers (synchronises; never while capturing) and returns the index of the
 // fastest, or -1. Implemented in cublaslt_autotune.cpp.
-int autotune_candidates(const GemmArgs& g, LtPlan& plan, const Workspace& ws, float* best_us);
+int autotune_candidates(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const Workspace& ws,
+                        float* best_us);
 
 }  // namespace cudal2

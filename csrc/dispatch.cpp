@@ -55,14 +55,17 @@ Dispatcher& Dispatcher::instance() {
 }
 
 void Dispatcher::set_table(int device, const std::vector<std::pair<ShapeKey, TableEntry>>& entries,
-                           bool nearest_m_up) {
+                           const TableRules& rules) {
   auto t = std::make_unique<DeviceTable>();
-  t->nearest_m_up = nearest_m_up;
+  t->rules = rules;
   for (const auto& kv : entries) {
     t->entries[kv.first] = kv.second;
-    t->tuned_m[ShapeFamilyKey{kv.first.layout, kv.first.dtype, kv.first.n, kv.first.k}].push_back(kv.first.m);
+    const ShapeFamilyKey family{kv.first.layout, kv.first.dtype, kv.first.n, kv.first.k};
+    if (kv.second.kernel != nullptr) t->tuned_m[family].push_back(kv.first.m);
+    if (kv.second.has_lt) t->lt_tuned_m[family].push_back(kv.first.m);
   }
   for (auto& kv : t->tuned_m) std::sort(kv.second.begin(), kv.second.end());
+  for (auto& kv : t->lt_tuned_m) std::sort(kv.second.begin(), kv.second.end());
   if (device < 0 || device >= kMaxDevices) throw std::out_of_range("cudal2: device index out of range");
   std::lock_guard<std::mutex> lock(mutex_);
   tables_[device].store(t.get(), std::memory_order_release);
@@ -127,44 +130,88 @@ Decision Dispatcher::decide(const GemmArgs& g) {
   const DispatchConfig cfg = config();
   Decision d;
   d.lt_policy = cfg.tuning ? LtPolicy::kAutotune : LtPolicy::kCached;
+  if (recording_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(record_mutex_);
+    recorded_.insert(shape_key(g));
+  }
   request_table(g.device);
   const DeviceTable* t = table(g.device);
-  if (!cfg.kernels_enabled) {
-    d.reason = "table kernels disabled (CUDAL2_DISABLE_KERNELS)";
-  } else if (!t || t->entries.empty()) {
+  if (!t || t->entries.empty()) {
     d.reason = "no table loaded for this GPU";
   } else {
     const DeviceInfo info = device_info(g.device);
     auto hit = t->entries.find(shape_key(g));
     if (hit != t->entries.end()) {
-      if (kernel_fits(hit->second, g, info.cc, info.sm_count)) {
+      d.entry = hit->second;
+      if (hit->second.kernel == nullptr) {
+        d.reason = "table: exact hit, cuBLASLt configuration";
+      } else if (!cfg.kernels_enabled) {
+        d.reason = "table kernels disabled (CUDAL2_DISABLE_KERNELS)";
+      } else if (kernel_fits(hit->second, g, info.cc, info.sm_count)) {
         d.path = Path::kKernel;
-        d.entry = hit->second;
         d.reason = "table: exact hit";
       } else {
         d.reason = "table hit, but its kernel cannot run this call (alignment, strides, bias or arch)";
       }
-    } else if (t->nearest_m_up) {
-      auto fam = t->tuned_m.find(ShapeFamilyKey{g.layout, g.dtype, g.n, g.k});
-      if (fam != t->tuned_m.end()) {
-        auto m_up = std::lower_bound(fam->second.begin(), fam->second.end(), g.m);
-        if (m_up != fam->second.end()) {
-          const TableEntry& e = t->entries.at(ShapeKey{g.layout, g.dtype, *m_up, g.n, g.k});
-          if (kernel_fits(e, g, info.cc, info.sm_count)) {
-            d.path = Path::kKernel;
-            d.entry = e;
-            d.reason = "table: nearest tuned M above";
-            d.tuned_m = *m_up;
-          }
-        }
-      }
-      if (d.path != Path::kKernel) d.reason = "no table entry for this shape";
     } else {
       d.reason = "no table entry for this shape";
+      apply_rules(*t, g, cfg.kernels_enabled ? info.cc : -1, info.sm_count, d);
     }
   }
   if (cfg.print_configs) log_once(g, d);
   return d;
+}
+
+void Dispatcher::apply_rules(const DeviceTable& t, const GemmArgs& g, int cc, int sm_count, Decision& d) const {
+  const ShapeFamilyKey family{g.layout, g.dtype, g.n, g.k};
+  if (t.rules.nearest_m_up && cc >= 0) {  // cc < 0: table kernels are disabled
+    auto fam = t.tuned_m.find(family);
+    if (fam != t.tuned_m.end()) {
+      auto m_up = std::lower_bound(fam->second.begin(), fam->second.end(), g.m);
+      if (m_up != fam->second.end()) {
+        const TableEntry& e = t.entries.at(ShapeKey{g.layout, g.dtype, *m_up, g.n, g.k});
+        if (kernel_fits(e, g, cc, sm_count)) {
+          d.path = Path::kKernel;
+          d.entry = e;
+          d.reason = "table: nearest tuned M above";
+          d.tuned_m = *m_up;
+          return;
+        }
+      }
+    }
+  }
+  if (!t.rules.nearest_m_cublaslt) return;
+  auto fam = t.lt_tuned_m.find(family);
+  if (fam == t.lt_tuned_m.end()) return;
+  // The tuned M nearest g.m on a log scale (a tie goes to the larger M).
+  auto above = std::lower_bound(fam->second.begin(), fam->second.end(), g.m);
+  int64_t nearest;
+  if (above == fam->second.end()) {
+    nearest = fam->second.back();
+  } else if (above == fam->second.begin()) {
+    nearest = *above;
+  } else {
+    const int64_t below = *std::prev(above);
+    nearest = static_cast<double>(*above) / g.m <= static_cast<double>(g.m) / below ? *above : below;
+  }
+  const TableEntry& e = t.entries.at(ShapeKey{g.layout, g.dtype, nearest, g.n, g.k});
+  d.entry = TableEntry{};
+  d.entry.has_lt = true;
+  d.entry.lt = e.lt;
+  d.reason = "table: cuBLASLt configuration of the nearest tuned M";
+  d.tuned_m = nearest;
+}
+
+void Dispatcher::set_recording(bool on) {
+  recording_ = on;
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::vector<ShapeKey> Dispatcher::recorded(bool clear) {
+  std::lock_guard<std::mutex> lock(record_mutex_);
+  std::vector<ShapeKey> out(recorded_.begin(), recorded_.end());
+  if (clear) recorded_.clear();
+  return out;
 }
 
 void Dispatcher::log_once(const GemmArgs& g, const Decision& d) {
@@ -175,7 +222,8 @@ void Dispatcher::log_once(const GemmArgs& g, const Decision& d) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!logged_.emplace(key.str(), true).second) return;
   }
-  const char* lt = d.lt_policy == LtPolicy::kAutotune ? "cublaslt (autotune)" : "cublaslt (heuristic or cached tune)";
+  const char* lt = d.entry.has_lt ? "cublaslt (table configuration)"
+                   : d.lt_policy == LtPolicy::kAutotune ? "cublaslt (autotune)" : "cublaslt (heuristic or cached tune)";
   std::fprintf(stderr, "[cudal2] %s -> %s (%s", key.str().c_str(), d.path == Path::kKernel ? d.entry.kernel->name : lt,
                d.reason);
   if (d.tuned_m >= 0) std::fprintf(stderr, ": M=%lld", static_cast<long long>(d.tuned_m));
@@ -211,7 +259,7 @@ bool Dispatcher::run(const GemmArgs& g) {
     if (d.entry.kernel->launch(&p) == CUDAL2_OK) return true;
     cudaGetLastError();  // clear a failed launch and fall back
   }
-  return CublasLtGemm::instance().run(g, d.lt_policy, ws);
+  return CublasLtGemm::instance().run(g, d.lt_policy, ws, d.entry.has_lt ? &d.entry.lt : nullptr);
 }
 
 }  // namespace cudal2

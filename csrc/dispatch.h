@@ -1,4 +1,5 @@
-// The dispatcher: per call, table kernel (exact hit, or a nearest-M rule the table allows) else cuBLASLt.
+// The dispatcher: per call, the table's choice (a kernel, or a measured cuBLASLt configuration; exact hit, or a
+// nearest-M rule the table allows) else cuBLASLt's heuristic (or its autotuned algorithm with CUDAL2_TUNE=1).
 #pragma once
 
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -15,9 +17,19 @@
 
 namespace cudal2 {
 
+// One problem's entry: a kernel with its knobs, and/or the measured cuBLASLt configuration (what runs when there is
+// no kernel, or the kernel cannot take a particular call).
 struct TableEntry {
   const cudal2_kernel* kernel = nullptr;
   int splits = 0, swizzle = 0, raster = 0;
+  bool has_lt = false;
+  LtConfig lt;
+};
+
+// Rules for problems the table does not list, enabled per table by measurements (the table header's "rules").
+struct TableRules {
+  bool nearest_m_up = false;        // a kernel entry of the smallest tuned M' >= M with the same (layout, dtype, N, K)
+  bool nearest_m_cublaslt = false;  // the cuBLASLt configuration of the tuned M' nearest M (log scale), same N, K
 };
 
 enum class Path { kKernel, kCublasLt };
@@ -40,9 +52,8 @@ class Dispatcher {
  public:
   static Dispatcher& instance();
 
-  // Replaces the table of `device`. `nearest_m_up`: a miss may use the entry of the smallest tuned M' >= M with the
-  // same (layout, dtype, N, K), a rule the search validated for this table.
-  void set_table(int device, const std::vector<std::pair<ShapeKey, TableEntry>>& entries, bool nearest_m_up);
+  // Replaces the table of `device`, with the rules its measurements validated for misses.
+  void set_table(int device, const std::vector<std::pair<ShapeKey, TableEntry>>& entries, const TableRules& rules);
   size_t table_size(int device) const;
 
   // Called once per device, before its first decision, to install that device's table (from Python).
@@ -63,6 +74,11 @@ class Dispatcher {
   // torch).
   bool run(const GemmArgs& g);
 
+  // Recording: while on, every problem a decision is made for (eager, compiled, or while a CUDA graph is captured) is
+  // remembered, for tuning a model's problems offline. Turning it on expires cached decisions so none is missed.
+  void set_recording(bool on);
+  std::vector<ShapeKey> recorded(bool clear);
+
  private:
   struct ShapeFamilyKey {
     int32_t layout, dtype;
@@ -76,14 +92,17 @@ class Dispatcher {
   };
   struct DeviceTable {
     std::unordered_map<ShapeKey, TableEntry, ShapeKeyHash> entries;
-    std::unordered_map<ShapeFamilyKey, std::vector<int64_t>, ShapeFamilyHash> tuned_m;  // sorted
-    bool nearest_m_up = false;
+    std::unordered_map<ShapeFamilyKey, std::vector<int64_t>, ShapeFamilyHash> tuned_m;     // sorted
+    std::unordered_map<ShapeFamilyKey, std::vector<int64_t>, ShapeFamilyHash> lt_tuned_m;  // sorted, has_lt only
+    TableRules rules;
   };
 
   const DeviceTable* table(int device) const;
   void request_table(int device);
   bool kernel_fits(const TableEntry& entry, const GemmArgs& g, int cc, int sm_count) const;
   void log_once(const GemmArgs& g, const Decision& d);
+  // The nearest-M rules' choice for a miss (updates d when one applies).
+  void apply_rules(const DeviceTable& t, const GemmArgs& g, int cc, int sm_count, Decision& d) const;
 
   static constexpr int kMaxDevices = 64;
   mutable std::mutex mutex_;  // guards writers and the logging/loader state; decisions read lock-free
@@ -96,6 +115,9 @@ class Dispatcher {
   std::unordered_map<int, bool> table_requested_;
   std::atomic<uint64_t> requested_mask_{0};  // lock-free "already requested" for devices 0..63
   std::atomic<uint64_t> generation_{0};       // bumped by every table or config change: cached decisions expire
+  std::atomic<bool> recording_{false};
+  std::mutex record_mutex_;
+  std::unordered_set<ShapeKey, ShapeKeyHash> recorded_;
 };
 
 // The problem descriptor a table kernel receives for g with the entry's knobs.

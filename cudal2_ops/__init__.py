@@ -14,13 +14,15 @@ from __future__ import annotations
 import atexit
 
 from cudal2_ops import _extension
-from cudal2_ops.ops import explain, is_available, linear, matmul
+from cudal2_ops.ops import explain, is_available, is_compiled, linear, matmul
+from cudal2_ops.record import record_problems
 from cudal2_ops.patch import (CudaL2Linear, PatchSummary, is_linear_patched, patch_linear, patched_linear,
                               swap_linear, unpatch_linear, unswap_linear)
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "linear", "explain", "is_available", "patch_linear", "unpatch_linear", "patched_linear",
-           "is_linear_patched", "swap_linear", "unswap_linear", "CudaL2Linear", "PatchSummary", "__version__"]
+__all__ = ["matmul", "linear", "explain", "record_problems", "is_available", "is_compiled", "patch_linear", "unpatch_linear",
+           "patched_linear", "is_linear_patched", "swap_linear", "unswap_linear", "CudaL2Linear", "PatchSummary",
+           "__version__"]
 
 
 def _save_tuning_at_exit() -> None:

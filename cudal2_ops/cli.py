@@ -26,7 +26,7 @@ def info() -> dict:
         "cudal2_ops": cudal2_ops.__version__,
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
-        "extension": "loaded" if cudal2_ops.is_available() else f"missing ({_extension.IMPORT_ERROR})",
+        "extension": "loaded" if cudal2_ops.is_compiled() else f"missing ({_extension.IMPORT_ERROR})",
         "kernel_libraries": _extension.LOADED_LIBRARIES,
         "kernels": sorted(_extension._C.kernel_names()) if _extension._C is not None else [],
     }
@@ -39,7 +39,8 @@ def info() -> dict:
     table = tables.load_table_for(facts)
     out["table"] = {"file": str(path) if path else None, "accepted": table is not None,
                     "entries": len(table.entries) if table else 0,
-                    "kernels": len({e["kernel"] for e in table.entries.values()}) if table else 0}
+                    "kernels": len({e["kernel"] for e in table.entries.values() if "kernel" in e}) if table else 0,
+                    "cublaslt_configs": sum("cublaslt" in e for e in table.entries.values()) if table else 0}
     return out
 
 

@@ -15,9 +15,15 @@ from cudal2_ops import _extension, inductor_lowering
 from cudal2_ops._extension import _C
 
 
-def is_available() -> bool:
-    """True when the compiled extension is loaded (otherwise every call runs torch)."""
+def is_compiled() -> bool:
+    """True when the compiled extension `cudal2_ops._C` is loaded (without it every call runs torch)."""
     return _C is not None
+
+
+def is_available() -> bool:
+    """True when calls on CUDA fp16/bf16 tensors can take the tuned path: the compiled extension is loaded and torch
+    sees a usable CUDA device. False on a machine without a GPU, where every call runs torch."""
+    return _C is not None and torch.cuda.is_available()
 
 
 _has_torch_function = torch._C._has_torch_function

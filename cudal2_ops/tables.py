@@ -1,8 +1,11 @@
 """Per-GPU kernel tables: `kernels/<arch_dir>/<gpu_slug>.json`, versioned data with validators.
 
-A table maps `<layout>_<dtype>_<M>_<N>_<K>` to the kernel that beat cuBLASLt on that problem (with its runtime knobs
-and the measured times). A table whose header does not match the running GPU/toolkit is rejected with a warning and
-the dispatcher uses cuBLASLt.
+A table maps `<layout>_<dtype>_<M>_<N>_<K>` to a measured choice: the kernel that beat cuBLASLt on that problem (with
+its runtime knobs and the measured times) and/or the cuBLASLt configuration that was fastest there ("cublaslt": algo
+id, tile, stages, split-K, reduction, swizzle, custom option, inner and cluster shape). A table whose header does not
+match the running GPU/toolkit is rejected with a warning and the dispatcher uses cuBLASLt's heuristic; its cuBLASLt
+configurations are used only under the cuBLASLt version that measured them (its kernels still are). A user's own
+tuned table (`python -m cudal2_ops.tune`, at `tuned_table_file()`) overlays the shipped one entry by entry.
 """
 from __future__ import annotations
 
@@ -14,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA_VERSION = 1
+# The fields of an entry's "cublaslt" configuration, in the order the extension takes them (it checks this order
+# against its own, csrc/cublaslt_config.cpp, when a table is installed).
+LT_CONFIG_FIELDS = ("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
+                    "cluster_shape")
 PACKAGE_TABLES = Path(__file__).resolve().parent / "tables"
 REPO_TABLES = Path(__file__).resolve().parent.parent / "kernels"  # editable installs and source checkouts
 
@@ -49,13 +56,17 @@ class DeviceFacts:
     sm_count: int
     capability: tuple[int, int]
     cuda: str
+    cublaslt: int | None = None  # cublasLtGetVersion() of the running library (None: unknown)
 
     @classmethod
     def of(cls, device: int) -> "DeviceFacts":
         import torch
 
+        from cudal2_ops._extension import _C
+
         props = torch.cuda.get_device_properties(device)
-        return cls(props.name, props.multi_processor_count, (props.major, props.minor), torch.version.cuda or "")
+        return cls(props.name, props.multi_processor_count, (props.major, props.minor), torch.version.cuda or "",
+                   int(_C.cublaslt_version()) if _C is not None else None)
 
 
 @dataclass
@@ -68,8 +79,13 @@ class Table:
 
     @property
     def nearest_m_up(self) -> bool:
-        """Whether the search validated the nearest-tuned-M rule for misses on this table."""
+        """Whether the search validated the nearest-tuned-M rule (kernel entries) for misses on this table."""
         return bool(self.header.get("rules", {}).get("nearest_m_up", False))
+
+    @property
+    def nearest_m_cublaslt(self) -> bool:
+        """Whether measurements validated the nearest-tuned-M rule for cuBLASLt configurations on misses."""
+        return bool(self.header.get("rules", {}).get("nearest_m_cublaslt", False))
 
 
 def header_problems(header: dict, facts: DeviceFacts) -> list[str]:
@@ -87,11 +103,25 @@ def header_problems(header: dict, facts: DeviceFacts) -> list[str]:
     return problems
 
 
+def table_name(facts: DeviceFacts) -> Path:
+    """`<arch_dir>/<gpu_slug>.json`, a device's table path below a tables folder."""
+    return Path(arch_dir(facts.capability)) / f"{gpu_slug(facts.gpu_name)}.json"
+
+
+def tuned_table_file(facts: DeviceFacts) -> Path:
+    """Where `python -m cudal2_ops.tune` writes a user's tuned entries for this GPU (CUDAL2_TUNED_TABLE overrides):
+    `~/.cache/cudal2/tables/<arch_dir>/<gpu_slug>.json`."""
+    if os.environ.get("CUDAL2_TUNED_TABLE"):
+        return Path(os.environ["CUDAL2_TUNED_TABLE"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "cudal2" / "tables" / table_name(facts)
+
+
 def find_table_file(facts: DeviceFacts) -> Path | None:
     """CUDAL2_TABLE if set, else the installed table for this GPU, else the repository's."""
     if os.environ.get("CUDAL2_TABLE"):
         return Path(os.environ["CUDAL2_TABLE"])
-    name = Path(arch_dir(facts.capability)) / f"{gpu_slug(facts.gpu_name)}.json"
+    name = table_name(facts)
     for root in (PACKAGE_TABLES, REPO_TABLES):
         if (root / name).exists():
             return root / name
@@ -108,31 +138,67 @@ def read_table(path: Path) -> Table:
     return Table(Path(path), data["header"], data["entries"])
 
 
-def load_table_for(facts: DeviceFacts) -> Table | None:
-    """The validated table for a device, or None (with a warning when a table exists but does not fit)."""
-    path = find_table_file(facts)
-    if path is None:
-        return None
+def _validated(path: Path, facts: DeviceFacts) -> Table | None:
+    """The table at `path` if it reads and fits this device, else None with a warning naming why."""
     try:
         table = read_table(path)
     except (OSError, ValueError, json.JSONDecodeError) as exc:
-        warnings.warn(f"cudal2_ops: ignoring table {path}: {exc}; using cuBLASLt", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"cudal2_ops: ignoring table {path}: {exc}; using cuBLASLt", RuntimeWarning, stacklevel=3)
         return None
     problems = header_problems(table.header, facts)
     if problems:
         warnings.warn(f"cudal2_ops: ignoring table {path} ({'; '.join(problems)}); using cuBLASLt", RuntimeWarning,
-                      stacklevel=2)
+                      stacklevel=3)
         return None
-    return table
+    return _without_foreign_cublaslt(table, facts)
+
+
+def _without_foreign_cublaslt(table: Table, facts: DeviceFacts) -> Table:
+    """`table` with its cuBLASLt configurations dropped (one warning) when another cuBLASLt version measured them."""
+    recorded = table.header.get("cublaslt_version")
+    has_configs = any("cublaslt" in e for e in table.entries.values())
+    if not has_configs or facts.cublaslt is None or recorded == facts.cublaslt:
+        return table
+    warnings.warn(f"cudal2_ops: table {table.path} holds cuBLASLt configurations measured with cuBLASLt {recorded}; "
+                  f"this is cuBLASLt {facts.cublaslt}, so those problems use cuBLASLt's heuristic (its kernels are "
+                  f"still used). Re-tune with `python -m cudal2_ops.tune`.", RuntimeWarning, stacklevel=4)
+    entries = {key: {k: v for k, v in e.items() if k != "cublaslt"} for key, e in table.entries.items()}
+    return Table(table.path, table.header, {key: e for key, e in entries.items() if "kernel" in e})
+
+
+def load_table_for(facts: DeviceFacts) -> Table | None:
+    """The validated table for a device, overlaid with the user's tuned table when one exists, or None (with a
+    warning when a table exists but does not fit)."""
+    path = find_table_file(facts)
+    table = _validated(path, facts) if path is not None else None
+    tuned_path = tuned_table_file(facts)
+    tuned = _validated(tuned_path, facts) if tuned_path.exists() and tuned_path != path else None
+    if tuned is None:
+        return table
+    if table is None:
+        return tuned
+    header = dict(table.header, tuned_overlay=str(tuned_path))
+    return Table(table.path, header, {**table.entries, **tuned.entries})
+
+
+def cublaslt_fields(entry: dict) -> list[int]:
+    """An entry's cuBLASLt configuration as the dispatcher takes it (LT_CONFIG_FIELDS order; [] for none)."""
+    config = entry.get("cublaslt")
+    if not config:
+        return []
+    missing = [name for name in LT_CONFIG_FIELDS if name not in config]
+    if missing:
+        raise ValueError(f"cuBLASLt configuration {config} lacks {missing}")
+    return [int(config[name]) for name in LT_CONFIG_FIELDS]
 
 
 def table_rows(table: Table) -> list[tuple]:
-    """Rows for the dispatcher: (layout, dtype, m, n, k, kernel, splits, swizzle, raster)."""
+    """Rows for the dispatcher: (layout, dtype, m, n, k, kernel or "", splits, swizzle, raster, cuBLASLt fields)."""
     rows = []
     for key, entry in table.entries.items():
         layout, dtype, m, n, k = parse_key(key)
-        rows.append((layout, dtype, m, n, k, entry["kernel"], int(entry.get("splits", 0)),
-                     int(entry.get("swizzle", 0)), int(entry.get("raster", 0))))
+        rows.append((layout, dtype, m, n, k, entry.get("kernel", ""), int(entry.get("splits", 0)),
+                     int(entry.get("swizzle", 0)), int(entry.get("raster", 0)), cublaslt_fields(entry)))
     return rows
 
 
@@ -151,7 +217,10 @@ def install_table(device: int) -> None:
     INSTALLED[device] = table
     if table is None or _C is None:
         return
-    missing = _C.set_table(device, table_rows(table), table.nearest_m_up)
+    if tuple(_C.tuning.lt_config_fields()) != LT_CONFIG_FIELDS:
+        raise RuntimeError(f"cudal2_ops: the extension's cuBLASLt configuration fields {_C.tuning.lt_config_fields()} "
+                           f"differ from the tables' {LT_CONFIG_FIELDS}: rebuild the extension")
+    missing = _C.set_table(device, table_rows(table), table.nearest_m_up, table.nearest_m_cublaslt)
     if missing:
         warnings.warn(f"cudal2_ops: table {table.path} names {len(missing)} kernels that are not built "
                       f"(e.g. {missing[0]}); those shapes use cuBLASLt", RuntimeWarning, stacklevel=2)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cudal2_ops.correctness.fuzz import explain_case, fp32_api, make_case, make_cases, run_fuzz  # noqa: E402
+from cudal2_testing.correctness.fuzz import explain_case, fp32_api, make_case, make_cases, run_fuzz  # noqa: E402
 
 
 def environment(device: torch.device, impl: str) -> dict:

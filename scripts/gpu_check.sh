@@ -12,12 +12,16 @@
 # (kernels and host ops per step, unpatched vs patched, compiled), candidates (kernel configs named in $CANDIDATES,
 # comma-separated, not yet built: generated, built into build/candidates.so, GPU-tested, sanitized, then swept with cold
 # weights beside every built kernel on LLM problems with $CANDIDATES_MIN_M <= M <= $CANDIDATES_MAX_M, and judged by
-# search.candidate_report), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
+# studies.candidate_report), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
 # table from OUT_DIR/sweep.json, merged with OUT_DIR/sweep_cold.json when present, then a rebuild that compiles any
 # kernel it names). sweep-cold re-sweeps M <= 64 with cold weights (the decode regime). The sweep runs with PDL off
 # (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps; so do
 # bench-kernel and bench-llm, whose kernel-mode figures are the headline (docs/EVALUATION.md: back-to-back replays
 # with PDL overstate small problems).
+# tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, NN/NT, $TUNE_DTYPES, into
+# OUT_DIR/<gpu_slug>.json), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
+# cost: benchmarks.lt_route_overhead), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
+# cuBLASLt-autotune, PDL off).
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
 set -uo pipefail
@@ -81,7 +85,7 @@ run_stage() {
                       --modes compile,compile+graph --prefill-batches "" --budget-s "${E2E_BUDGET_S:-120}"
                   done ;;
     candidates) local names=${CANDIDATES:?CANDIDATES names the kernel configs to try} lib=build/candidates.so
-                stage candidates_build bash -c "$PY -m search.codegen --names ${names//,/ } &&
+                stage candidates_build bash -c "$PY -m cudal2_catalog.codegen --names ${names//,/ } &&
                   $PY -m build_tools.kernel_lib --names ${names//,/ } --out $lib" &&
                 CUDAL2_TEST_KERNEL_LIB=$lib stage candidates_tests "$PY" -m pytest -q -m gpu tests/gpu/test_kernels_sm90_tma_ws.py \
                   tests/gpu/test_kernels_sm80_cute.py tests/gpu/test_kernels_decode.py --no-header -rfE
@@ -89,7 +93,7 @@ run_stage() {
                 CUDAL2_KERNEL_LIBS=$lib CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage candidates_sweep "$PY" -m search.sweep \
                   --cold-weights --sample 0 --max-log2-mnk 0 --min-m "${CANDIDATES_MIN_M:-1}" --max-m "${CANDIDATES_MAX_M:-64}" \
                   --out "$OUT_DIR/sweep_candidates.json" --budget-s "${SWEEP_BUDGET_S:-600}" &&
-                stage candidates_report "$PY" -m search.candidate_report "$OUT_DIR/sweep_candidates.json" \
+                stage candidates_report "$PY" -m studies.candidate_report "$OUT_DIR/sweep_candidates.json" \
                   --candidates "$names" --out "$OUT_DIR/candidates_report.md" ;;
     search) local store="$OUT_DIR/search.sqlite" common=(--arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
               --shapes "${SEARCH_SHAPES:-sample100}" --budget-evals "${SEARCH_EVALS:-2000}"
@@ -112,6 +116,20 @@ run_stage() {
                  --out "$OUT_DIR/reference_shapes.json" ;;
     reference-nopdl) CUDAL2_DISABLE_PDL=1 stage reference_nopdl "$PY" -m benchmarks.reference_shapes \
                        --out "$OUT_DIR/reference_shapes_nopdl.json" ;;
+    tune-grid) CUDAL2_DISABLE_PDL=1 stage tune_grid "$PY" scripts/tune_grid.py --shapes "${TUNE_SHAPES:-g1000,llm}" \
+                 --layouts nn,nt --dtypes "${TUNE_DTYPES:-fp16,bf16}" --base kernels/sm90/"$GPU_SLUG".json \
+                 --out "$OUT_DIR/$GPU_SLUG.json" --results "$OUT_DIR/tune_grid.json" ;;
+    offgrid) CUDAL2_DISABLE_PDL=1 stage offgrid "$PY" scripts/check_offgrid_rule.py --table "$OUT_DIR/$GPU_SLUG.json" \
+               --out "$OUT_DIR/offgrid_rule.json" --apply ;;
+    route) stage route "$PY" -m benchmarks.lt_route_overhead --out "$OUT_DIR/lt_route_overhead.json" ;;
+    bench-tuned) for dtype in ${TUNED_DTYPES:-fp16 bf16}; do  # the tuned table of OUT_DIR, as a user's process runs it
+                   CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_g1000_$dtype" \
+                     "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes "$dtype" --modes kernel \
+                     --impls cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn --out "$OUT_DIR/g1000_kernel_$dtype.json"
+                 done
+                 CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage bench_tuned_llm "$PY" -m benchmarks.grid \
+                   --shapes llm --layouts nt,nn --dtypes fp16,bf16 --modes kernel \
+                   --impls cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn --out "$OUT_DIR/llm_kernel.json" ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }

@@ -117,10 +117,10 @@ def target(lib: str, kernel_name: str, shapes: tuple[tuple[int, int, int], ...])
     """Runs inside compute-sanitizer: the kernel on each shape it accepts, checked against a float64 reference."""
     import torch  # noqa: PLC0415 (only the target needs torch on the GPU)
 
-    from cudal2_ops.correctness.inputs import random_inputs  # noqa: PLC0415
-    from cudal2_ops.correctness.kernel_impl import KernelImpl  # noqa: PLC0415
-    from cudal2_ops.correctness.reference import REL_TOL  # noqa: PLC0415
-    from cudal2_ops.kernel_library import KernelLibrary  # noqa: PLC0415
+    from cudal2_testing.correctness.inputs import random_inputs  # noqa: PLC0415
+    from cudal2_testing.correctness.kernel_impl import KernelImpl  # noqa: PLC0415
+    from cudal2_testing.correctness.reference import REL_TOL  # noqa: PLC0415
+    from cudal2_testing.kernel_library import KernelLibrary  # noqa: PLC0415
 
     kernel = KernelLibrary(lib).kernels[kernel_name]
     impl = KernelImpl(kernel)
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.target:
         return target(args.lib, args.kernel[0], shapes)
 
-    from cudal2_ops.kernel_library import KernelLibrary  # noqa: PLC0415
+    from cudal2_testing.kernel_library import KernelLibrary  # noqa: PLC0415
 
     library = KernelLibrary(args.lib)
     runnable = library.runnable_on()

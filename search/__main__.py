@@ -5,22 +5,28 @@
     python -m search report --store s.db --out report/
     python -m search emit --store s.db [--kernel-budget 48]
     python -m search export --store s.db --out rl.jsonl
-    python -m search findings --store s.db --sweep sweep.json --out findings.md
+
+A mistake in the input (an argument, a file, a store) is one line on stderr and exit status 2; any other failure is
+one line and exit status 1. `--debug` (or CUDAL2_DEBUG=1) shows the traceback instead.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import re
+import os
+import sqlite3
 import sys
 from pathlib import Path
 
-from cudal2_ops.measure import shapes as shape_sets
 from search.backend import Backend
 from search.candidate import Problem
-from search.config import DTYPES, LAYOUTS
-from search.loop import POLICIES, RunArgs, Search
+from cudal2_catalog.config import DTYPES, LAYOUTS
+from search import ray_cluster
+from search.cli_args import SHAPES_HELP, arch, existing_file, integer, load_shapes, number, text_of
+from search.errors import UserError
+from search.fault_injection import checkpoint
+from search.loop import POLICIES, RunArgs, Search, initial_policy, llm_proposer
 from search.store import Store
 from search.table_select import DEFAULT_KERNEL_BUDGET, DEFAULT_MARGIN
 
@@ -29,35 +35,24 @@ BACKENDS = ("sim", "local", "ray")
 DEFAULT_MAX_BUILDS = {"sim": None, "local": 32, "ray": 32}
 
 
-def parse_arch(text: str) -> int:
-    """'sm90' -> 90."""
-    match = re.fullmatch(r"sm_?(\d{2,3})a?", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"arch must look like sm90 or sm80, got {text!r}")
-    return int(match[1])
+LLMS = ("none", "openai")
+DEBUG_ENV = "CUDAL2_DEBUG"
 
 
-def load_shapes(spec: str, seed: int) -> list[tuple[int, int, int]]:
-    """The (M, N, K) of `--shapes`: g1000, llm, sampleN (a stratified N-shape G1000 sample) or a FILE (a JSON list
-    of [M, N, K], or one "M N K" / "M,N,K" per line)."""
-    if spec in ("g1000", "llm"):
-        return shape_sets.load(spec)
-    if match := re.fullmatch(r"sample(\d+)", spec):
-        return shape_sets.load("g1000", int(match[1]), seed)
-    path = Path(spec)
-    if not path.exists():
-        raise ValueError(f"--shapes {spec!r}: not g1000, llm, sampleN or an existing file")
-    text = path.read_text()
-    rows = json.loads(text) if text.lstrip().startswith("[") else [re.split(r"[,\s]+", line.strip())
-                                                                   for line in text.splitlines() if line.strip()]
-    shapes = [tuple(int(x) for x in row) for row in rows]
-    if any(len(s) != 3 or min(s) < 1 for s in shapes):
-        raise ValueError(f"{path}: every shape must be three positive integers M N K")
-    return shapes
+class UsageError(UserError):
+    """An argument argparse refused (its message already names the command)."""
 
 
-def make_backend(args: RunArgs) -> Backend:
-    """The backend a run names (local and ray come from search.backends; ray is an optional extra)."""
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: a refused argument raises UsageError (main prints it, exit status 2)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+def make_backend(args: RunArgs, ray_options: dict | None = None) -> Backend:
+    """The backend a run names (local and ray come from search.backends; ray is an optional extra, `ray_options`
+    from search.ray_cluster.options)."""
     if args.backend == "sim":
         from search.simulate import SimulatedBackend
         return SimulatedBackend(seed=args.seed, eval_delay_s=args.sim_delay_ms / 1000, arch=args.arch)
@@ -65,8 +60,7 @@ def make_backend(args: RunArgs) -> Backend:
         from search.backends.local import LocalBackend
         return LocalBackend(artifacts=Path(args.artifacts), arch=args.arch, compile_only=args.compile_only)
     if args.backend == "ray":
-        from search.backends.ray_backend import RayBackend
-        return RayBackend(artifacts=Path(args.artifacts), arch=args.arch, compile_only=args.compile_only)
+        return ray_cluster.backend_for_run(args, **(ray_options or {}))
     raise ValueError(f"unknown backend {args.backend!r}; supported: {BACKENDS}")
 
 
@@ -94,164 +88,263 @@ def drive(search: Search, quiet: bool) -> None:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
+    """Starts a run; every input is checked (the --warm-start files read) before the store file is touched."""
     args = RunArgs(policy=ns.policy, llm=ns.llm, per_round=ns.per_round, explore=ns.explore,
                    budget_evals=ns.budget_evals, budget_minutes=ns.budget_minutes, seed=ns.seed,
                    compile_only=ns.compile_only, memory=ns.memory, arch=ns.arch, backend=ns.backend,
                    artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms,
                    max_builds=ns.max_builds if ns.max_builds is not None else DEFAULT_MAX_BUILDS[ns.backend],
                    warm_start=[str(p) for p in ns.warm_start])
-    if args.backend != "sim" and not args.artifacts:
-        raise SystemExit(f"--backend {args.backend} needs --artifacts DIR (where builds are kept)")
+    check_backend(args, ns)
+    ray_options = ray_cluster.options(ns, args.backend)
+    if args.llm != "none":
+        llm_proposer(args.llm)  # the endpoint's variables, checked now
+    if args.memory and Path(args.memory).exists():
+        text_of(Path(args.memory), "--memory")
     problems = [Problem(ns.layout, ns.dtype, *s) for s in load_shapes(ns.shapes, ns.seed)]
-    store = Store(ns.store)
-    backend = make_backend(args)
+    policy = initial_policy(args)  # reads the --warm-start files
+    if ns.store is None:
+        ns.store = Path("search.db").resolve()
+        print(f"no --store given: this run's store is {ns.store} (resume, report and emit take --store {ns.store})")
+    backend = make_backend(args, ray_options)
     try:
-        search = Search.start(store, backend, args, problems)
-        if args.compile_only:
-            search.run()
-            print(f"run {search.run_id}: compiled {len(store.query('SELECT * FROM compiles'))} builds into "
-                  f"{args.artifacts}; evaluate with: python -m search resume --store {ns.store} --backend local "
-                  f"--artifacts {args.artifacts}")
-        else:
-            drive(search, ns.quiet)
+        store = Store(ns.store)
+        try:
+            checkpoint("started")
+            search = Search.start(store, backend, args, problems, policy=policy)
+            if args.compile_only:
+                search.run()
+                print(f"run {search.run_id}: compiled {len(store.query('SELECT * FROM compiles'))} builds into "
+                      f"{args.artifacts}; evaluate with: python -m search resume --store {ns.store} --backend local "
+                      f"--artifacts {args.artifacts}")
+            else:
+                drive(search, ns.quiet)
+        finally:
+            store.close()
     finally:
         backend.close()
-        store.close()
     return 0
 
 
+def check_backend(args: RunArgs, ns: argparse.Namespace) -> None:
+    """Refuses a backend the run's settings cannot use (no artifacts folder, an arch the simulator lacks)."""
+    if args.backend != "sim" and not args.artifacts and not ns.sim_workers:
+        raise UserError(f"--backend {args.backend} needs --artifacts DIR (where builds are kept)")
+    if args.backend == "sim":
+        from search.simulate import SIM_GPUS
+        if args.arch not in SIM_GPUS:
+            raise UserError(f"--backend sim simulates {' and '.join(f'sm{a}' for a in sorted(SIM_GPUS))}, not "
+                            f"sm{args.arch}")
+
+
+def nothing_to_resume(store: Store) -> str:
+    """Why a store has no run to resume, and what to do."""
+    runs = store.runs()
+    if not runs:
+        return (f"{store.path} holds no run: the run that created it stopped before recording one; start it again "
+                f"with python -m search run --store {store.path}")
+    return (f"every run in {store.path} has finished ({len(runs)}, the latest {runs[-1]['id']}); extend one with "
+            "--run ID and a larger --budget-evals or --budget-minutes")
+
+
 def cmd_resume(ns: argparse.Namespace) -> int:
-    store = Store(ns.store)
-    run_id = ns.run or store.unfinished_run()
-    if run_id is None:
-        raise SystemExit(f"{ns.store}: every run has finished (name one with --run to extend its budget)")
+    """Continues a run: the store is read (read-only) first, then opened as its one writer."""
+    reader = Store(ns.store, readonly=True)
+    try:
+        run_id = ns.run or reader.unfinished_run()
+        if run_id is None:
+            raise UserError(nothing_to_resume(reader))
+        stored = json.loads(reader.run(run_id)["args"])
+    finally:
+        reader.close()
     overrides = {k: v for k, v in (("backend", ns.backend), ("artifacts", ns.artifacts and str(ns.artifacts)),
                                    ("budget_evals", ns.budget_evals), ("budget_minutes", ns.budget_minutes),
                                    ("max_builds", ns.max_builds))
                  if v is not None}
-    stored = RunArgs(**{**json.loads(store.run(run_id)["args"]), **overrides})
-    backend = make_backend(dataclasses.replace(stored, compile_only=False))
+    args = RunArgs(**{**stored, **overrides, "compile_only": False})
+    check_backend(args, ns)
+    backend = make_backend(args, ray_cluster.options(ns, args.backend))
     try:
-        drive(Search.resume(store, backend, run_id, overrides), ns.quiet)
+        store = Store(ns.store)
+        try:
+            drive(Search.resume(store, backend, run_id, overrides), ns.quiet)
+        finally:
+            store.close()
     finally:
         backend.close()
-        store.close()
     return 0
 
 
+def open_runs(path: Path, what: str) -> Store:
+    """The store at `path`, read-only; UserError when it holds no run (nothing to `what`)."""
+    store = Store(path, readonly=True)
+    if not store.runs():
+        store.close()
+        raise UserError(f"{path} holds no run: nothing to {what}")
+    return store
+
+
+def check_folder(path: Path, flag: str) -> None:
+    """Refuses an output folder argument that names an existing file."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} is a file; give a folder")
+
+
 def cmd_report(ns: argparse.Namespace) -> int:
+    """Writes the store's Markdown report and plots."""
     from search.run_report import write_report
-    store = Store(ns.store)
-    print(write_report(store, ns.out))
+    check_folder(ns.out, "--out")
+    store = open_runs(ns.store, "report")
+    try:
+        print(write_report(store, ns.out))
+    finally:
+        store.close()
     return 0
 
 
 def cmd_emit(ns: argparse.Namespace) -> int:
+    """Writes the table and kernel sources of the store's winners."""
     from search.emit import emit
-    store = Store(ns.store)
-    for path in emit(store, ns.root, ns.kernel_budget, ns.margin, ns.run):
-        print(path)
+    check_folder(ns.root, "--root")
+    store = open_runs(ns.store, "emit")
+    try:
+        where, params = ("AND run_id = ?", (store.run(ns.run)["id"],)) if ns.run else ("", ())
+        ok = store.query(f"SELECT COUNT(*) FROM evaluations WHERE status = 'ok' {where}", params)[0][0]
+        if not ok:
+            scope = f"run {ns.run} of {ns.store}" if ns.run else str(ns.store)
+            raise UserError(f"{scope} has no correct measured candidate to emit a table from")
+        checkpoint("emit")
+        for path in emit(store, ns.root, ns.kernel_budget, ns.margin, ns.run):
+            print(path)
+    finally:
+        store.close()
     return 0
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
+    """Writes the store's LLM proposals with their rewards as JSON lines."""
     from search.export import export
-    count = export(Store(ns.store), ns.out)
+    if ns.out.is_dir():
+        raise UserError(f"--out {ns.out} is a folder; give a file name")
+    store = open_runs(ns.store, "export")
+    try:
+        count = export(store, ns.out)
+    finally:
+        store.close()
     print(f"{ns.out}: {count} records")
     return 0
 
 
-def cmd_findings(ns: argparse.Namespace) -> int:
-    from search.emit import sweep_of
-    from search.findings import findings_lines
-    from search.table_select import read_sweep
-    sections = []
-    for path in ns.store:
-        store = Store(path)
-        sections += [(f"store {path.name}, {s['environment']['gpu_name']}", s["rows"]) for s in sweep_of(store)]
-        store.close()
-    for path in ns.sweep:
-        sweep = read_sweep(path)
-        sections.append((f"sweep {path.name}, {sweep['environment']['gpu_name']}", sweep["rows"]))
-    if not sections:
-        raise SystemExit("give at least one --store or --sweep")
-    lines = ["# What the search found", ""]
-    for title, rows in sections:
-        lines += [f"## {title}", ""] + findings_lines(rows) + [""]
-    ns.out.write_text("\n".join(lines))
-    print(ns.out)
-    return 0
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m search", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The command line of `python -m search` (argument values are checked by search.cli_args)."""
+    debug = Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
+    p = Parser(prog="python -m search", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+               parents=[debug])
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="start a search run")
-    run.add_argument("--arch", type=parse_arch, default=90, help="target GPU architecture, e.g. sm90")
+    run = sub.add_parser("run", help="start a search run", parents=[debug])
+    run.add_argument("--arch", type=arch, default=90, help="target GPU architecture, e.g. sm90")
     run.add_argument("--dtype", choices=DTYPES, default="fp16")
     run.add_argument("--layout", choices=LAYOUTS, default="nt")
-    run.add_argument("--shapes", default="sample100", help="g1000 | llm | sampleN | FILE (M N K per line or JSON)")
-    run.add_argument("--budget-minutes", type=float, default=None)
-    run.add_argument("--budget-evals", type=int, default=None)
+    run.add_argument("--shapes", default="sample100", help=SHAPES_HELP)
+    run.add_argument("--budget-minutes", type=number(0, low_open=True), default=None,
+                     help="minutes of the run's own time (summed over resumes)")
+    run.add_argument("--budget-evals", type=integer(1), default=None, help="evaluations in all")
     run.add_argument("--policy", choices=POLICIES, default="rl")
-    run.add_argument("--llm", default="none", help="none (default) | openai (endpoint from the environment)")
+    run.add_argument("--llm", choices=LLMS, default="none",
+                     help="none (default) | openai (an OpenAI-compatible endpoint: CUDAL2_LLM_BASE_URL, "
+                          "CUDAL2_LLM_MODEL, CUDAL2_LLM_API_KEY)")
     run.add_argument("--backend", choices=BACKENDS, default="sim")
-    run.add_argument("--store", type=Path, default=Path("search.db"))
+    run.add_argument("--store", type=Path, default=None, help="SQLite store (default: search.db in this folder)")
     run.add_argument("--compile-only", action="store_true",
                      help="propose one round and compile it into --artifacts, no GPU; evaluate later with resume")
     run.add_argument("--artifacts", type=Path, default=None, help="folder of compiled builds (local/ray backends)")
-    run.add_argument("--max-builds", type=int, default=None,
+    run.add_argument("--max-builds", type=integer(0), default=None,
                      help="new builds the run may compile (default: 32 for local/ray, unlimited for sim); past it, "
                           "only built kernels (the extension's defaults included) are proposed")
-    run.add_argument("--per-round", type=int, default=4, help="proposals per problem per round")
-    run.add_argument("--warm-start", type=Path, nargs="+", default=[], metavar="FILE",
+    run.add_argument("--per-round", type=integer(1, 1000), default=4, help="proposals per problem per round")
+    run.add_argument("--warm-start", type=existing_file, nargs="+", default=[], metavar="FILE",
                      help="earlier measurements the rl policy is fit to before the run proposes anything: "
                           "python -m search.sweep files (.json, .json.gz) and search stores (.sqlite, .db), of this "
                           "GPU or another (search/warm_start.py)")
-    run.add_argument("--explore", type=float, default=0.0, help="share of random proposals next to the policy (rl)")
+    run.add_argument("--explore", type=number(0, 1), default=0.0,
+                     help="share of random proposals next to the policy (rl), 0 to 1")
     run.add_argument("--memory", default="", help="contextual-memory file for LLM prompts (updated every round)")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--sim-delay-ms", type=float, default=0.0, help="simulated backend: sleep per evaluation")
+    run.add_argument("--seed", type=integer(0), default=0)
+    run.add_argument("--sim-delay-ms", type=number(0, 3_600_000), default=0.0,
+                     help="simulated backend: sleep per evaluation")
+    ray_cluster.add_arguments(run)
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
-    resume = sub.add_parser("resume", help="continue the store's unfinished run")
+    resume = sub.add_parser("resume", help="continue the store's unfinished run", parents=[debug])
     resume.add_argument("--store", type=Path, required=True)
     resume.add_argument("--run", default=None, help="run id (default: the latest unfinished run)")
     resume.add_argument("--backend", choices=BACKENDS, default=None, help="override the run's backend")
     resume.add_argument("--artifacts", type=Path, default=None)
-    resume.add_argument("--budget-evals", type=int, default=None, help="override the run's evaluation budget")
-    resume.add_argument("--budget-minutes", type=float, default=None)
-    resume.add_argument("--max-builds", type=int, default=None, help="override the run's build budget")
+    resume.add_argument("--budget-evals", type=integer(1), default=None, help="override the run's evaluation budget")
+    resume.add_argument("--budget-minutes", type=number(0, low_open=True), default=None)
+    resume.add_argument("--max-builds", type=integer(0), default=None, help="override the run's build budget")
     resume.add_argument("--quiet", action="store_true")
+    ray_cluster.add_arguments(resume)
     resume.set_defaults(func=cmd_resume)
-    report = sub.add_parser("report", help="Markdown + plots of a store")
+    report = sub.add_parser("report", help="Markdown + plots of a store", parents=[debug])
     report.add_argument("--store", type=Path, required=True)
     report.add_argument("--out", type=Path, required=True)
     report.set_defaults(func=cmd_report)
-    emit = sub.add_parser("emit", help="write the table and kernel sources of the store's winners")
+    emit = sub.add_parser("emit", help="write the table and kernel sources of the store's winners", parents=[debug])
     emit.add_argument("--store", type=Path, required=True)
     emit.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent / "kernels")
-    emit.add_argument("--kernel-budget", type=int, default=DEFAULT_KERNEL_BUDGET,
+    emit.add_argument("--kernel-budget", type=integer(1), default=DEFAULT_KERNEL_BUDGET,
                       help="most distinct kernels per (arch, layout, dtype)")
-    emit.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
+    emit.add_argument("--margin", type=number(0, 1), default=DEFAULT_MARGIN,
+                      help="share of the cuBLASLt time a kernel must save to take an entry (0 to 1)")
     emit.add_argument("--run", default=None, help="only this run's evaluations (default: all runs of the store)")
     emit.set_defaults(func=cmd_emit)
-    export = sub.add_parser("export", help="(prompt, completion, reward) JSONL for RL fine-tuning")
+    export = sub.add_parser("export", help="(prompt, completion, reward) JSONL for RL fine-tuning", parents=[debug])
     export.add_argument("--store", type=Path, required=True)
     export.add_argument("--out", type=Path, required=True)
     export.set_defaults(func=cmd_export)
-    found = sub.add_parser("findings", help="the winners' patterns by problem size (Markdown), from stores and sweeps")
-    found.add_argument("--store", type=Path, nargs="*", default=[])
-    found.add_argument("--sweep", type=Path, nargs="*", default=[], help="python -m search.sweep files (.json, .gz)")
-    found.add_argument("--out", type=Path, required=True)
-    found.set_defaults(func=cmd_findings)
     return p
 
 
+def one_line(text: object) -> str:
+    """`text` with its whitespace (newlines included) collapsed to single spaces."""
+    return " ".join(str(text).split())
+
+
 def main(argv: list[str] | None = None) -> int:
-    ns = parser().parse_args(argv)
-    return ns.func(ns)
+    """Runs one command; returns the exit status (2: a mistake in the input, 1: any other failure), printing a
+    failure as one line on stderr (the traceback with --debug or CUDAL2_DEBUG=1)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    command, ns = "python -m search", None
+    try:
+        ns = parser().parse_args(argv)
+        command = f"python -m search {ns.command}"
+        return ns.func(ns)
+    except UsageError as exc:
+        print(one_line(exc), file=sys.stderr)
+        return 2
+    except UserError as exc:
+        if debug:
+            raise
+        print(f"{command}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:
+        if not isinstance(exc.code, str) or debug:
+            raise
+        print(f"{command}: error: {one_line(exc.code)}", file=sys.stderr)  # a refusal raised as SystemExit(text)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 (a bug or an environment failure: one line unless --debug)
+        if debug:
+            raise
+        store = f" (store {ns.store})" if isinstance(exc, sqlite3.Error) and hasattr(ns, "store") else ""
+        print(f"{command}: failed{store}: {type(exc).__name__}: {one_line(exc)} (--debug shows the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ class Backend(Protocol):
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
         """Checks and times each compiled candidate on its problem; one result per request, in order. The build may
         have been compiled by an earlier process (the loop never recompiles a build key the store has): the backend
-        finds its artifact by build key (e.g. in its artifacts folder)."""
+        finds its artifact by build key (e.g. in its artifacts folder). A backend may also offer
+        `evaluate_iter(requests) -> Iterator[tuple[int, EvalResult]]`, the same verdicts as (request index, verdict)
+        in the order they finish: the loop then stores each as it arrives (else when `evaluate` returns)."""
 
     def prebuilt(self) -> set[str]:
         """Build keys that need no compile (the default kernels built into the extension's library): the loop

@@ -1,28 +1,35 @@
 """The compile farm: builds candidates into one shared library each, in parallel, without a GPU.
 
-Config candidates are rendered with `search.codegen.render`; source candidates (C ABI kernels) are compiled as given.
-Each build lands as `<artifacts>/<build_key>.so` with its compiler log `<build_key>.log`; `manifest.json` records
-build_key -> library, ok, log, seconds, and the nvcc version and target archs, so that an artifacts folder built on a
-CPU machine (`--compile-only`) can be carried to the GPU machine and evaluated there. Objects go through
-`build_tools.kernel_lib`'s content-hash cache (same nvcc flags, ptxas C7510 fatal), so a rebuild is a link.
+Config candidates are rendered with `cudal2_catalog.codegen.render` and compiled through `build_tools.kernel_lib`'s
+content-hash object cache (same nvcc flags, ptxas C7510 fatal), so a rebuild is a link. Source candidates (C ABI
+kernels written by the search) are untrusted: `search.source_build` scans them as written and as preprocessed,
+checks every file they include, compiles them with a time limit and an output cap and checks the object before it
+is linked; a refusal's log starts with REFUSED. Each build lands as `<artifacts>/<build_key>.so` with its compiler log
+`<build_key>.log` (truncated); `manifest.json` records build_key -> library, ok, log, seconds, and the nvcc version
+and target archs, so that an artifacts folder built on a CPU machine (`--compile-only`) can be carried to the GPU
+machine and evaluated there.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import threading
 import time
 from pathlib import Path
 
 from build_tools import kernel_lib
-from search import codegen
+from cudal2_catalog import codegen
+from cudal2_catalog.config import HgemmConfig
 from search.backend import CompileOutcome
 from search.candidate import Candidate
-from search.config import HgemmConfig
+from search.source_build import COMPILE_TIMEOUT_S, LOG_CAP, REJECTED, build_source_object
 
 MANIFEST = "manifest.json"
 INSTALLED_LIBRARY = Path(kernel_lib.REPO_ROOT) / "cudal2_ops" / "libcudal2_kernels.so"
-LOG_TAIL = 6000  # characters of compiler output kept in an outcome (the full log stays in the .log file)
+LOG_TAIL = 6000  # characters of compiler output kept in an outcome (the .log file keeps up to LOG_CAP)
+REFUSED = "REFUSED"  # first word of the log of a source refused for a banned construct (a cheat, not a typo)
+SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,95}")
 
 
 def source_arch_dir(source: str) -> str:
@@ -40,6 +47,8 @@ def candidate_source(cand: Candidate) -> tuple[str, str, str]:
         return cfg.arch_dir, cfg.name, codegen.render(cfg)
     if not cand.source or not cand.source_name:
         raise ValueError("a candidate needs either `config` or both `source` and `source_name`")
+    if not SOURCE_NAME.fullmatch(cand.source_name):
+        raise ValueError(f"source_name {cand.source_name[:100]!r} is not a C identifier (letters, digits, _)")
     return source_arch_dir(cand.source), cand.source_name, cand.source
 
 
@@ -58,7 +67,7 @@ def installed_kernels(archs: list[str], library: Path = INSTALLED_LIBRARY) -> di
     `archs` (those configs need no build); empty when the library is missing or built for other targets."""
     if not library.exists():
         return {}
-    from cudal2_ops.kernel_library import KernelLibrary  # noqa: PLC0415 (imports torch; only when there is one)
+    from cudal2_testing.kernel_library import KernelLibrary  # noqa: PLC0415 (imports torch; only when there is one)
     loaded = KernelLibrary(library)
     if not set(archs) <= set(loaded.archs):
         return {}
@@ -71,8 +80,10 @@ class CompileFarm:
     their outcome points at that library."""
 
     def __init__(self, artifacts: Path, archs: list[str], jobs: int | None = None,
-                 cache_dir: Path = kernel_lib.DEFAULT_CACHE_DIR, prebuilt: dict[str, Path] | None = None):
+                 cache_dir: Path = kernel_lib.DEFAULT_CACHE_DIR, prebuilt: dict[str, Path] | None = None,
+                 compile_timeout_s: float = COMPILE_TIMEOUT_S):
         self.artifacts = Path(artifacts)
+        self.compile_timeout_s = compile_timeout_s
         self.archs = archs
         self.jobs = jobs or kernel_lib.default_jobs()
         self.cache_dir = cache_dir
@@ -114,20 +125,28 @@ class CompileFarm:
             library.unlink(missing_ok=True)
             ok, log = False, str(exc)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(log)
+        log_path.write_text(log[:LOG_CAP])
         return CompileOutcome(ok=ok, artifact=str(library) if ok else "", log=log[-LOG_TAIL:],
                               seconds=time.monotonic() - start)
 
     def _compile(self, cand: Candidate, library: Path) -> None:
-        """Renders (configs) or writes (sources) the candidate's .cu under `src/<build_key>/`, compiles it through
-        the object cache and links it alone into `library`."""
+        """Renders (configs) or writes (sources) the candidate's .cu under `src/<build_key>/`, compiles it (configs
+        through the object cache, sources through `build_source_object`) and links it alone into `library`."""
         arch_dir, name, text = candidate_source(cand)
         source = self.artifacts / "src" / cand.build_key / arch_dir / f"{name}.cu"
-        codegen.write_if_changed(source, text)
-        obj = kernel_lib.compile_object(source, self.archs, self.cache_dir)
-        if obj is None:
+        if not kernel_lib.gencode_flags(arch_dir, self.archs):
             raise kernel_lib.KernelBuildError(
                 f"{name} ({arch_dir}) has no target among archs {self.archs}; sm90 kernels need 90a")
+        codegen.write_if_changed(source, text)
+        if cand.config:
+            obj = kernel_lib.compile_object(source, self.archs, self.cache_dir)
+        else:
+            obj = source.with_suffix(".o")
+            built = build_source_object(source.resolve(), arch_dir, self.archs, obj.resolve(), self.compile_timeout_s)
+            if not built.ok:
+                head = (f"{REFUSED} (banned constructs): " if built.status == REJECTED else "build failed: ")
+                raise kernel_lib.KernelBuildError(head + "; ".join(built.reasons) + ("\n" + built.log if built.log
+                                                                                      else ""))
         kernel_lib.link_library({name: obj}, library, self.archs)
 
     def record(self, outcomes: dict[str, CompileOutcome]) -> None:

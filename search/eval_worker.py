@@ -20,7 +20,7 @@ import sys
 import time
 
 from search.candidate import CRASH, INCORRECT, OK, SUSPICIOUS, UNSUPPORTED, Candidate, EvalResult, Problem
-from search.config import Knobs
+from cudal2_catalog.config import Knobs
 
 # Test hook, read only here: CUDAL2_EVAL_WORKER_SELFTEST=1 makes the worker evaluate without a GPU, crashing on a
 # candidate whose config is "selftest_crash", hanging on "selftest_hang" and raising a CUDA-like error on
@@ -61,8 +61,8 @@ class GpuEvaluator:
         import torch  # noqa: PLC0415 (the self-test worker runs without torch's CUDA)
 
         from cudal2_ops._extension import _C  # noqa: PLC0415
-        from cudal2_ops.correctness import checks  # noqa: PLC0415
-        from cudal2_ops.measure import env as measure_env  # noqa: PLC0415
+        from cudal2_testing.correctness import checks  # noqa: PLC0415
+        from cudal2_testing.measure import env as measure_env  # noqa: PLC0415
         from search import sweep  # noqa: PLC0415
         if _C is None or not torch.cuda.is_available():
             raise RuntimeError("the evaluation worker needs the compiled extension and a CUDA GPU")

@@ -3,29 +3,36 @@
 Each round, every problem of the run gets `per_round` proposals split between the proposers (the policy's share,
 an exploration share of random points, the LLM's share when enabled); infeasible ones are recorded and dropped; new
 builds are compiled (a build key the store has is never compiled again, the backend's prebuilt kernels never; at
-most `max_builds` new ones per run, proposals past it are recorded infeasible); the rest are evaluated in chunks of
-`chunk` requests, each verdict stored (with its reward) before the next chunk starts, then learned from. The
-budget is a number of evaluations and/or minutes of the run's own time (summed over resumes). Proposals recorded
-but not evaluated when a run stops (killed, or `--compile-only`) are evaluated first on `resume`.
+most `max_builds` new ones per run, proposals past it are recorded infeasible); the rest are handed to the backend in
+chunks of `chunk` requests, and each verdict is stored (with its reward and the run time it took) and learned from as
+it arrives (a backend with `evaluate_iter` delivers them one by one; one with only `evaluate`, when the chunk
+returns). The budget is a number of evaluations and/or minutes of the run's own time (summed over resumes).
+
+A stopped run (killed, or `--compile-only`) is finished on `resume` where it stopped: a round without its policy
+snapshot first gets the proposals of the problems it had not reached (each problem's proposals of a round are
+stored together), then every proposal without a verdict is evaluated, then the round is closed and the next begins.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from search import warm_start
 from search.backend import Backend, CompileOutcome
-from search.candidate import COMPILE_ERROR, INFEASIBLE, OK, Candidate, EvalResult, Problem
+from search.candidate import COMPILE_ERROR, INFEASIBLE, OK, Candidate, EvalResult, Problem, Proposal
+from search.errors import UserError
+from search.fault_injection import checkpoint
 from search.policy import Policy
 from search.proposers import (Measured, PolicyProposer, Proposer, ProposalContext, RandomProposer,
                               SweepHeuristicProposer)
 from search.reward import reward
-from search.space import check
+from search.candidate_space import check
 from search.store import Store
 
 POLICIES = ("rl", "random", "sweep")
@@ -57,9 +64,9 @@ class RunArgs:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; supported: {POLICIES}")
+            raise UserError(f"unknown policy {self.policy!r}; supported: {POLICIES}")
         if self.budget_evals is None and self.budget_minutes is None and not self.compile_only:
-            raise ValueError("give a budget: budget_evals and/or budget_minutes")
+            raise UserError("give a budget: --budget-evals and/or --budget-minutes")
 
 
 def geomean(values: list[float]) -> float:
@@ -72,8 +79,8 @@ def _distance(a: Problem, b: Problem) -> float:
 
 
 def llm_proposer(name: str) -> Proposer:
-    """The LLM proposer (search.llm, optional extra) for `--llm NAME`."""
-    from search.llm import LLMProposer  # optional: only `--llm` other than none needs it
+    """The LLM proposer (search.llm) for `--llm NAME`."""
+    from search.llm import LLMProposer  # only `--llm` other than none needs it
     return LLMProposer.from_env(name)
 
 
@@ -113,6 +120,7 @@ class Search:
         prebuilt = getattr(backend, "prebuilt", None)
         self.prebuilt = set(prebuilt()) if prebuilt else set()
         self.planned: set[str] = set()  # new build keys proposed this round, not compiled yet
+        self.mark = time.monotonic()    # when the run's time was last added to the store
 
     @classmethod
     def start(cls, store: Store, backend: Backend, args: RunArgs, problems: list[Problem], **kwargs) -> "Search":
@@ -190,11 +198,14 @@ class Search:
         return ((a.budget_evals is not None and self.store.evaluation_count(self.run_id) >= a.budget_evals) or
                 (a.budget_minutes is not None and row["elapsed_s"] >= 60 * a.budget_minutes))
 
-    def propose(self, round_: int) -> list[tuple[Candidate, Problem]]:
-        """One round of proposals for every problem, recorded; the feasible new ones."""
+    def propose(self, round_: int, problems: Iterable[Problem] | None = None) -> list[tuple[Candidate, Problem]]:
+        """One round of proposals for every problem of the run (or `problems`), each problem's recorded together
+        with the time they took; the feasible new ones."""
         requests = []
-        for problem in self.problems:
+        mark = time.monotonic()
+        for problem in self.problems if problems is None else problems:
             context = self.context(problem)
+            recorded: list[tuple[Proposal, str]] = []
             for proposer, label, share in self.proposers:
                 count = max(1, round(self.args.per_round * share))
                 for proposal in proposer.propose(problem, context, count):
@@ -212,22 +223,23 @@ class Search:
                                     f"build budget spent ({self.args.max_builds} new builds)"))
                             else:
                                 self.planned.add(cand.build_key)
-                        self.store.add_candidate(cand)
-                    self.store.add_proposal(self.run_id, round_, problem, proposal, label)
+                    recorded.append((proposal, label))
                     if cand is not None:
                         self.tried.setdefault(problem.key, set()).add(cand.id)
                         if not proposal.status:
                             requests.append((cand, problem))
+            now = time.monotonic()
+            self.store.add_proposals(self.run_id, round_, problem, recorded, elapsed_s=now - mark)
+            mark = now
+            checkpoint("proposed")
         return requests
 
-    def pending(self) -> list[tuple[Candidate, Problem]]:
-        """Usable proposals of this run that have no verdict yet (a stopped run's in-flight or compile-only work)."""
+    def pending(self) -> list[tuple[int, Candidate, Problem]]:
+        """(round, candidate, problem) of the run's usable proposals without a verdict (a stopped run's in-flight or
+        compile-only work), in proposal order."""
         problems = {p.key: p for p in self.problems}
-        rows = self.store.query(
-            "SELECT DISTINCT p.candidate_id, p.problem_key FROM proposals p WHERE p.run_id = ? AND p.status = '' AND "
-            "p.candidate_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.run_id = p.run_id AND "
-            "e.candidate_id = p.candidate_id AND e.problem_key = p.problem_key) ORDER BY p.id", (self.run_id,))
-        return [(self.store.candidate(r["candidate_id"]), problems[r["problem_key"]]) for r in rows]
+        return [(r["round"], self.store.candidate(r["candidate_id"]), problems[r["problem_key"]])
+                for r in self.store.unevaluated(self.run_id)]
 
     def compile(self, requests: list[tuple[Candidate, Problem]]) -> dict[str, bool]:
         """Compiles the builds the store has not seen; build key -> ok for every request's build."""
@@ -245,57 +257,83 @@ class Search:
         self.planned.clear()
         return {key: outcome.ok for key, outcome in known.items()}
 
+    def verdicts(self, requests: list[tuple[Candidate, Problem]]) -> Iterable[tuple[int, EvalResult]]:
+        """(request index, verdict) as the backend delivers them: one by one from a backend with `evaluate_iter`,
+        all at once when `evaluate` returns from one without."""
+        if not requests:
+            return ()
+        stream = getattr(self.backend, "evaluate_iter", None)
+        return stream(requests) if stream else enumerate(self.backend.evaluate(requests))
+
     def evaluate(self, round_: int, requests: list[tuple[Candidate, Problem]]) -> None:
-        """Compiles, evaluates (in chunks, within budget), stores and learns from `requests`."""
+        """Compiles `requests`, then evaluates them in chunks within the budget, storing and learning from each
+        verdict as it arrives."""
         began = time.monotonic()
         built = self.compile(requests)
         self.store.add_elapsed(self.run_id, time.monotonic() - began)
         for start in range(0, len(requests), self.args.chunk):
             if self.done():
                 return
-            began = time.monotonic()
+            self.mark = time.monotonic()
             chunk = requests[start:start + self.args.chunk]
             if self.args.budget_evals is not None:
                 chunk = chunk[:self.args.budget_evals - self.store.evaluation_count(self.run_id)]
-            runnable = [(c, p) for c, p in chunk if built[c.build_key]]
-            results = iter(self.backend.evaluate(runnable) if runnable else [])
+            runnable = []
             for cand, problem in chunk:
                 if built[cand.build_key]:
-                    result = next(results)
+                    runnable.append((cand, problem))
                 else:
                     outcome = self.store.compile_outcome(cand.build_key)
-                    result = EvalResult(COMPILE_ERROR, reason=outcome.log[-2000:], compile_s=outcome.seconds)
-                self.record(round_, cand, problem, result)
-            self.store.add_elapsed(self.run_id, time.monotonic() - began)
+                    self.record(round_, cand, problem,
+                                EvalResult(COMPILE_ERROR, reason=outcome.log[-2000:], compile_s=outcome.seconds))
+            for index, result in self.verdicts(runnable):
+                checkpoint("verdict")
+                self.record(round_, *runnable[index], result)
 
     def record(self, round_: int, cand: Candidate, problem: Problem, result: EvalResult) -> None:
-        """Stores one verdict with its reward and learns from it."""
+        """Stores one verdict with its reward and the run time since the previous one, and learns from it."""
         value = reward(result, cand)
-        self.store.add_evaluation(self.run_id, round_, cand, problem, result, value)
+        now = time.monotonic()
+        self.store.add_evaluation(self.run_id, round_, cand, problem, result, value, elapsed_s=now - self.mark)
+        self.mark = now
         self.policy.update(problem, cand, value)
         if result.speedup is not None:
             self._remember(problem.key, cand, result.us, result.speedup)
         if self.on_eval:
             self.on_eval(self.store.evaluation_count(self.run_id), geomean(list(self.best_speedups().values())))
 
+    def close_round(self, round_: int) -> None:
+        """Saves the policy snapshot that marks `round_` finished and updates the LLM's memory file."""
+        self.store.save_policy(self.run_id, round_, self.policy.to_json())
+        if self.args.llm != "none" and self.args.memory:
+            memory_hook(self.store, self.args.memory)
+
+    def finish_stopped(self) -> int:
+        """Finishes what a stopped run left: the proposals of the problems its last round had not reached (a round
+        without a policy snapshot), then every proposal without a verdict, then that round's snapshot. Returns the
+        next round."""
+        last = self.store.last_round(self.run_id)
+        unfinished = last >= 0 and last not in self.store.snapshot_rounds(self.run_id)
+        if unfinished and not self.done():
+            proposed = self.store.proposed_problems(self.run_id, last)
+            self.propose(last, [p for p in self.problems if p.key not in proposed])
+        for round_, group in itertools.groupby(self.pending(), key=lambda item: item[0]):
+            self.evaluate(round_, [(cand, problem) for _, cand, problem in group])
+        if unfinished:
+            self.close_round(last)
+        return last + 1
+
     def run(self) -> None:
         """Rounds until the budget is spent (one proposal round, compiled only, with `compile_only`)."""
-        round_ = self.store.last_round(self.run_id) + 1
         if self.args.compile_only:
-            self.compile(self.propose(round_))
+            self.compile(self.propose(self.store.last_round(self.run_id) + 1))
             return
-        leftover = self.pending()
-        if leftover:
-            self.evaluate(round_ - 1, leftover)
+        round_ = self.finish_stopped()
         while not self.done():
-            began = time.monotonic()
             requests = self.propose(round_)
-            self.store.add_elapsed(self.run_id, time.monotonic() - began)
             if not requests:
                 break  # every proposer is exhausted
             self.evaluate(round_, requests)
-            self.store.save_policy(self.run_id, round_, self.policy.to_json())
-            if self.args.llm != "none" and self.args.memory:
-                memory_hook(self.store, self.args.memory)
+            self.close_round(round_)
             round_ += 1
         self.store.finish_run(self.run_id)

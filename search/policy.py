@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from search.candidate import Candidate, Problem
-from search.codegen import default_configs
-from search.space import CONFIG_FIELDS, KNOB_FIELDS, family_space, families_for, parse_point, point_of
+from cudal2_catalog.codegen import default_configs
+from cudal2_catalog.space import CONFIG_FIELDS, KNOB_FIELDS, family_space, families_for
+from search.candidate_space import parse_point, point_of
 
 SM_COUNT_FEATURE = 132          # waves are counted against an H100's SMs (a scale, not a device fact)
 RBF_CENTRES = {"m": (4, 7, 10, 13), "n": (7, 10, 13), "k": (7, 10, 13)}

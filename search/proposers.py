@@ -10,11 +10,11 @@ import random
 from typing import Protocol
 
 from search.candidate import Candidate, Problem, Proposal
-from search.codegen import default_configs, feasible
-from search.config import HgemmConfig
-from search.families import family_module
+from cudal2_catalog.codegen import default_configs, feasible
+from cudal2_catalog.config import HgemmConfig
+from cudal2_catalog.families import family_module
 from search.policy import Policy
-from search.space import check, neighbours, sample
+from search.candidate_space import check, neighbours, sample
 
 MAX_DRAWS = 200  # draws per wanted proposal before a proposer gives up on finding a new feasible point
 

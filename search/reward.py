@@ -17,8 +17,8 @@ import functools
 
 from search.candidate import (COMPILE_ERROR, CRASH, HANG, INCORRECT, INFEASIBLE, MALFORMED, OK, SCAN_REJECTED,
                               SUSPICIOUS, UNSUPPORTED, Candidate, EvalResult)
-from search.codegen import render
-from search.config import HgemmConfig
+from cudal2_catalog.codegen import render
+from cudal2_catalog.config import HgemmConfig
 
 ALPHA = 10.0
 BETA = 0.01

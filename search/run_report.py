@@ -1,10 +1,10 @@
 """`python -m search report`: a store's runs as Markdown with plots (matplotlib, Agg).
 
 Sections: runs; policies compared at equal evaluation budget (each run cut to the smallest run's count, over the
-problems they share); best speedup per shape; reward and best-geomean curves by policy; what the search found (the
-winners' patterns by problem size, search.findings); what the policy learned
+problems they share); best speedup per shape; reward and best-geomean curves by policy; what the policy learned
 (most probable values per dimension for a problem of each log2(MNK) bucket); compile and evaluation counts;
-failures by status with example reasons.
+failures by status with example reasons. The winners' patterns by problem size are a study of the store
+(`python -m studies.findings --store STORE`).
 """
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ import json
 import math
 from pathlib import Path
 
-from cudal2_ops.measure.shapes import BUCKET_LABELS, bucket_of
+from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from search.candidate import OK
-from search.emit import sweep_of
-from search.findings import findings_lines, markdown_table
-from search.loop import geomean
+from cudal2_testing.measure.summary import geomean, markdown_table
 from search.policy import Policy
 from search.store import Store
 
@@ -79,14 +77,6 @@ def learned(store: Store) -> list[str]:
                          "; ".join(f"{d}: " + ", ".join(f"{v} ({p})" for v, p in vals) for d, vals in dims.items())])
         lines += markdown_table(["bucket", "problem", "family", "top values"], rows) + [""]
     return lines or ["No rl run with a policy snapshot."]
-
-
-def found(store: Store) -> list[str]:
-    """The winners' patterns by problem size (search.findings), per GPU the store's evaluations ran on."""
-    lines = []
-    for sweep in sweep_of(store):
-        lines += [f"{sweep['environment']['gpu_name']}, every run of the store:", ""] + findings_lines(sweep["rows"])
-    return lines or ["No correct measurement."]
 
 
 def counts(store: Store) -> list[str]:
@@ -170,7 +160,6 @@ def write_report(store: Store, out: Path) -> Path:
     lines += ["", "## Best speedup per shape", "", "The 10 best and 5 worst problems of each run:", ""]
     lines += markdown_table(["run", "problem", "best speedup"], best_rows)
     lines += ["", "## Plots", ""] + plots(store, evaluations, out)
-    lines += ["", "## What the search found", ""] + found(store)
     lines += ["", "## What the policy learned", ""] + learned(store)
     lines += ["", "## Compiles, evaluations and failures", ""] + counts(store)
     path = out / "report.md"

@@ -16,14 +16,14 @@ import dataclasses
 import hashlib
 import math
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from search.backend import CompileOutcome
 from search.candidate import COMPILE_ERROR, CRASH, INCORRECT, OK, UNSUPPORTED, Candidate, EvalResult, Problem
-from search.codegen import default_configs, feasible
+from cudal2_catalog.codegen import default_configs, feasible
 from search.compile_farm import source_arch_dir
-from search.config import HgemmConfig
-from search.families import sm90_tma_ws
+from cudal2_catalog.config import HgemmConfig
+from cudal2_catalog.families import sm90_tma_ws
 
 LAUNCH_US = {"sm90_tma_ws": 3.2, "sm80_cute": 2.6, "decode": 2.4}
 TEST_CASES = 3                 # timed repetitions of each problem (the reward averages their speedups)
@@ -220,12 +220,14 @@ class SimulatedBackend:
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
         """Simulated checks and timings of each request."""
-        results = []
-        for cand, problem in requests:
+        return [result for _, result in self.evaluate_iter(requests)]
+
+    def evaluate_iter(self, requests: list[tuple[Candidate, Problem]]) -> Iterator[tuple[int, EvalResult]]:
+        """(request index, verdict) of each request as it is simulated, one by one."""
+        for index, (cand, problem) in enumerate(requests):
             if self.eval_delay_s:
                 time.sleep(self.eval_delay_s)
-            results.append(self._evaluate_one(cand, problem))
-        return results
+            yield index, self._evaluate_one(cand, problem)
 
     def _evaluate_one(self, cand: Candidate, problem: Problem) -> EvalResult:
         gpu = self.environment()

@@ -1,21 +1,37 @@
 """The search's SQLite store (WAL): runs, problems, candidates, compiles, evaluations, proposals, policy snapshots.
 
-Every write is its own short transaction, committed before the call returns, so a run killed at any moment (SIGKILL
-included) loses at most the candidates in flight; `python -m search resume` continues from what is here. One
-evaluation per (run, candidate, problem) and one compile per build key are enforced by the schema.
+Every write is its own short transaction, committed before the call returns (a verdict with the run time it took, a
+problem's proposals of a round all at once), so a run killed at any moment (SIGKILL included) loses at most the
+evaluations in flight; `python -m search resume` continues from what is here. One evaluation per (run, candidate,
+problem) and one compile per build key are enforced by the schema.
+
+One writer per store: a writer holds an OS lock on `<store>.lock` (released by the OS when the process dies, however
+it dies), and a second writer is refused with a StoreError naming the holder. Readers (`readonly=True`) open the file
+through SQLite's read-only URI and never create it. Before either uses a file it is checked: it must exist (readers),
+be an SQLite database of this application (`application_id`) or an older store with the search's tables, not be
+truncated, and pass `PRAGMA quick_check`; anything else is a StoreError naming the file and what is wrong.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import sqlite3
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 from search.backend import CompileOutcome
 from search.candidate import Candidate, EvalResult, Problem, Proposal
+from search.errors import UserError
+
+APPLICATION_ID = 0x63643273   # "cd2s" in the SQLite header: a cudal2 search store
+SQLITE_MAGIC = b"SQLite format 3\x00"
+TABLES = ("runs", "problems", "run_problems", "candidates", "compiles", "evaluations", "proposals", "policy_snapshots")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -51,25 +67,171 @@ CREATE INDEX IF NOT EXISTS evaluations_by_problem ON evaluations (problem_key, s
 """
 
 
-class Store:
-    """A search store at `path` (":memory:" for a throwaway one)."""
+class StoreError(UserError):
+    """A store file that cannot be used: missing, not a search store, truncated, corrupt, or held by another
+    writer."""
 
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        self.db.row_factory = sqlite3.Row
-        if self.path != ":memory:":
+
+def check_header(path: Path) -> bool:
+    """Checks what the file's SQLite header says without opening it through SQLite (so nothing is created beside
+    it); returns False for an empty file (a store killed before its first write), raises StoreError for a file that
+    is not an SQLite database, belongs to another application or is shorter than its header says."""
+    size = path.stat().st_size
+    if size == 0:
+        return False
+    with path.open("rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise StoreError(f"{path} is not a search store (not an SQLite database)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    application_id = int.from_bytes(header[68:72], "big")
+    if application_id not in (0, APPLICATION_ID):
+        raise StoreError(f"{path} is an SQLite database of another application (application_id {application_id:#x}), "
+                         "not a search store")
+    if page_size < 512 or page_size & (page_size - 1):
+        raise StoreError(f"{path} is corrupt (its header's page size is {page_size})")
+    pages, counter, valid_for = (int.from_bytes(header[a:a + 4], "big") for a in (28, 24, 92))
+    wal = Path(f"{path}-wal")
+    checkpointed = not wal.exists() or wal.stat().st_size == 0  # else SQLite finishes the file from the WAL
+    if checkpointed and (size % page_size or (pages and counter == valid_for and size < pages * page_size)):
+        raise StoreError(f"{path} is truncated ({size} bytes; its header says {pages} pages of {page_size} bytes)")
+    return True
+
+
+class Store:
+    """A search store at `path` (":memory:" for a throwaway one): read-write (the one writer, created if missing) or
+    `readonly` (an existing store, opened read-only). Raises StoreError for a file it cannot use."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path, self.readonly = str(path), readonly
+        self._lock_fd: int | None = None
+        if self.path == ":memory:":
+            if readonly:
+                raise StoreError("a read-only store needs a file, not :memory:")
+            self.db = self._connect(self.path)
+            self._create_schema()
+            return
+        file = Path(self.path)
+        if file.is_dir():
+            raise StoreError(f"{file} is a folder, not a search store file")
+        if readonly and not file.exists():
+            raise StoreError(f"{file} does not exist (no search store there)")
+        if not file.parent.is_dir():
+            raise StoreError(f"{file}: the folder {file.parent} does not exist")
+        if not readonly:
+            self._lock()
+        try:
+            self._open(file)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _open(self, file: Path) -> None:
+        """Checks and opens the file. While no WAL file is beside it (no writer alive, nothing left uncheckpointed)
+        the checks run on an `immutable` read-only connection, which creates nothing, so a damaged file is refused
+        leaving no trace; a reader's connection then lets SQLite add its WAL index files (-wal, -shm) beside a valid
+        store, as any reader of a WAL database does, but never writes the store file."""
+        has_content = file.exists() and check_header(file)
+        if self.readonly and not has_content:
+            raise StoreError(self._empty())
+        uri = f"file:{urllib.parse.quote(str(file.resolve()))}?mode=ro"
+        checked = has_content and not Path(f"{file}-wal").exists()
+        if checked:
+            checker = self._connect(uri + "&immutable=1", uri=True)
+            try:
+                self._check(checker, integrity=True)
+            finally:
+                checker.close()
+        self.db = self._connect(uri if self.readonly else self.path, uri=self.readonly)
+        self._check(self.db, integrity=not checked)
+        if not self.readonly:
             self.db.execute("PRAGMA journal_mode=WAL")
+            self._create_schema()
+
+    def _empty(self) -> str:
+        return (f"{self.path} is empty: no search store was recorded there (a run killed before it created its "
+                "tables leaves an empty file; start a new run on it)")
+
+    @staticmethod
+    def _connect(target: str, uri: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(target, isolation_level=None, timeout=30.0, uri=uri)
+        db.row_factory = sqlite3.Row
+        return db
+
+    def _lock(self) -> None:
+        """Takes the writer lock `<store>.lock` (or raises StoreError naming the process that holds it)."""
+        lock_path = f"{self.path}.lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"{lock_path}: cannot create the store's lock file ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise StoreError(f"{self.path} is in use by another search run or resume ({holder}); one writer per "
+                             "store: wait for it to finish, or use another --store") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    def _check(self, db: sqlite3.Connection, integrity: bool) -> None:
+        """Refuses an opened file that fails `PRAGMA quick_check` (with `integrity`) or is not a search store: a
+        reader needs every table, a writer a store of this application, an older one with its tables, or none."""
+        try:
+            problems = [r[0] for r in db.execute("PRAGMA quick_check").fetchall()] if integrity else ["ok"]
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is corrupt or not a search store ({exc})") from None
+        if problems != ["ok"]:
+            raise StoreError(f"{self.path} is corrupt (PRAGMA quick_check: {problems[0]})")
+        missing = [t for t in TABLES if t not in tables]
+        if missing and tables and application_id != APPLICATION_ID and not {"runs", "evaluations"} <= tables:
+            raise StoreError(f"{self.path} is an SQLite database but not a search store (no {missing[0]} table)")
+        if self.readonly and not tables:
+            raise StoreError(self._empty())
+        if self.readonly and missing:
+            raise StoreError(f"{self.path} is not a complete search store (no {missing[0]} table)")
+
+    def _create_schema(self) -> None:
+        """The tables, the application id and the pragmas of a writer, created in one transaction."""
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA)
+        try:
+            self.db.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA application_id = {APPLICATION_ID}; COMMIT;")
+        except sqlite3.Error:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
+        """Closes the database and releases the writer lock."""
         self.db.close()
+        self._unlock()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One explicit transaction (the connection is in autocommit mode): committed at the end of the block, rolled
+        back if it raises."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     def _write(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
         """One statement in its own committed transaction."""
-        with self.db:
+        with self._transaction():
             return self.db.execute(sql, params)
 
     def query(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
@@ -81,7 +243,7 @@ class Store:
                    problems: list[Problem]) -> str:
         """A new run over `problems` (args: the CLI's, enough to resume); returns its id."""
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        with self.db:
+        with self._transaction():
             self.db.execute("INSERT INTO runs (id, policy, args, environment, started) VALUES (?, ?, ?, ?, ?)",
                             (run_id, policy, json.dumps(args, sort_keys=True), json.dumps(environment), time.time()))
             for p in problems:
@@ -91,9 +253,12 @@ class Store:
         return run_id
 
     def run(self, run_id: str) -> sqlite3.Row:
+        """The run `run_id` (StoreError listing the store's runs when there is none of that id)."""
         rows = self.query("SELECT * FROM runs WHERE id = ?", (run_id,))
         if not rows:
-            raise KeyError(f"no run {run_id!r} in {self.path}")
+            ids = [r["id"] for r in self.runs()]
+            known = f"its runs: {', '.join(ids[-5:])}" if ids else "it holds no run"
+            raise StoreError(f"no run {run_id!r} in {self.path} ({known})")
         return rows[0]
 
     def runs(self) -> list[sqlite3.Row]:
@@ -117,12 +282,16 @@ class Store:
         self._write("UPDATE runs SET finished = ? WHERE id = ?", (time.time(), run_id))
 
     # candidates and compiles
+    def _insert_candidate(self, cand: Candidate) -> None:
+        source_hash = hashlib.sha256(cand.source.encode()).hexdigest() if cand.source else ""
+        self.db.execute("INSERT OR IGNORE INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (cand.id, cand.build_key, cand.config, json.dumps(list(cand.knobs)), source_hash,
+                         cand.source, cand.source_name, cand.provenance, time.time()))
+
     def add_candidate(self, cand: Candidate) -> None:
         """Records a candidate (the first provenance that proposed it is kept)."""
-        source_hash = hashlib.sha256(cand.source.encode()).hexdigest() if cand.source else ""
-        self._write("INSERT OR IGNORE INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (cand.id, cand.build_key, cand.config, json.dumps(list(cand.knobs)), source_hash, cand.source,
-                     cand.source_name, cand.provenance, time.time()))
+        with self._transaction():
+            self._insert_candidate(cand)
 
     def candidate(self, candidate_id: str) -> Candidate:
         row = self.query("SELECT * FROM candidates WHERE id = ?", (candidate_id,))[0]
@@ -153,15 +322,18 @@ class Store:
 
     # evaluations, proposals, policy
     def add_evaluation(self, run_id: str, round_: int, cand: Candidate, problem: Problem, result: EvalResult,
-                       reward: float) -> None:
-        """Records one verdict (the candidate row must exist)."""
-        self._write(
-            "INSERT INTO evaluations (run_id, round, candidate_id, problem_key, provenance, status, reason, us, "
-            "baseline_us, case_speedups, max_rel_err, reward, gpu, compile_s, eval_s, created) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, round_, cand.id, problem.key, cand.provenance, result.status, result.reason, result.us,
-             result.baseline_us, json.dumps(result.case_speedups), result.max_rel_err, reward,
-             json.dumps(result.gpu, sort_keys=True), result.compile_s, result.eval_s, time.time()))
+                       reward: float, elapsed_s: float = 0.0) -> None:
+        """Records one verdict (the candidate row must exist) and adds `elapsed_s` to the run's time, in one
+        transaction."""
+        with self._transaction():
+            self.db.execute(
+                "INSERT INTO evaluations (run_id, round, candidate_id, problem_key, provenance, status, reason, us, "
+                "baseline_us, case_speedups, max_rel_err, reward, gpu, compile_s, eval_s, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, round_, cand.id, problem.key, cand.provenance, result.status, result.reason, result.us,
+                 result.baseline_us, json.dumps(result.case_speedups), result.max_rel_err, reward,
+                 json.dumps(result.gpu, sort_keys=True), result.compile_s, result.eval_s, time.time()))
+            self.db.execute("UPDATE runs SET elapsed_s = elapsed_s + ? WHERE id = ?", (elapsed_s, run_id))
 
     def evaluations(self, run_id: str | None = None) -> list[sqlite3.Row]:
         """Every evaluation (of one run, or all), in the order recorded."""
@@ -187,14 +359,41 @@ class Store:
             out.setdefault(r["problem_key"], set()).add(r["candidate_id"])
         return out
 
-    def add_proposal(self, run_id: str, round_: int, problem: Problem, proposal: Proposal, provenance: str) -> None:
-        """Records a proposer's answer: its candidate, or why it was rejected (status/reason), with the LLM's prompt
-        and completion when there was one."""
-        cand = proposal.candidate
-        self._write("INSERT INTO proposals (run_id, round, problem_key, provenance, candidate_id, status, reason, "
+    def add_proposals(self, run_id: str, round_: int, problem: Problem, proposals: list[tuple[Proposal, str]],
+                      elapsed_s: float = 0.0) -> None:
+        """Records a problem's proposals of one round, (proposal, provenance label) each, with their candidates, and
+        adds `elapsed_s` to the run's time, in one transaction (a killed run has all of a problem's proposals of a
+        round, or none): each a candidate, or why it was rejected (status/reason), with the LLM's prompt and
+        completion when there was one."""
+        with self._transaction():
+            self.db.execute("UPDATE runs SET elapsed_s = elapsed_s + ? WHERE id = ?", (elapsed_s, run_id))
+            for proposal, provenance in proposals:
+                cand = proposal.candidate
+                if cand is not None:
+                    self._insert_candidate(cand)
+                self.db.execute(
+                    "INSERT INTO proposals (run_id, round, problem_key, provenance, candidate_id, status, reason, "
                     "prompt, completion, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, round_, problem.key, provenance, cand.id if cand else None, proposal.status,
                      proposal.reason, proposal.prompt, proposal.completion, time.time()))
+
+    def add_proposal(self, run_id: str, round_: int, problem: Problem, proposal: Proposal, provenance: str) -> None:
+        """Records one proposal (see add_proposals)."""
+        self.add_proposals(run_id, round_, problem, [(proposal, provenance)])
+
+    def proposed_problems(self, run_id: str, round_: int) -> set[str]:
+        """The problem keys that have proposals recorded in round `round_` of the run."""
+        return {r[0] for r in self.query("SELECT DISTINCT problem_key FROM proposals WHERE run_id = ? AND round = ?",
+                                         (run_id, round_))}
+
+    def unevaluated(self, run_id: str) -> list[sqlite3.Row]:
+        """Usable proposals of the run without a verdict (round, candidate_id, problem_key), in proposal order: what a
+        stopped run had in flight, or a compile-only run left for the GPU."""
+        return self.query(
+            "SELECT MIN(p.round) AS round, p.candidate_id, p.problem_key FROM proposals p WHERE p.run_id = ? AND "
+            "p.status = '' AND p.candidate_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM evaluations e WHERE "
+            "e.run_id = p.run_id AND e.candidate_id = p.candidate_id AND e.problem_key = p.problem_key) "
+            "GROUP BY p.candidate_id, p.problem_key ORDER BY MIN(p.id)", (run_id,))
 
     def proposals(self, run_id: str | None = None) -> list[sqlite3.Row]:
         if run_id is None:
@@ -204,6 +403,10 @@ class Store:
     def save_policy(self, run_id: str, round_: int, state: dict[str, Any]) -> None:
         self._write("INSERT INTO policy_snapshots (run_id, round, state, created) VALUES (?, ?, ?, ?)",
                     (run_id, round_, json.dumps(state), time.time()))
+
+    def snapshot_rounds(self, run_id: str) -> set[int]:
+        """The rounds of the run that saved a policy snapshot (rounds that ran to their end)."""
+        return {r[0] for r in self.query("SELECT round FROM policy_snapshots WHERE run_id = ?", (run_id,))}
 
     def latest_policy(self, run_id: str) -> dict[str, Any] | None:
         rows = self.query("SELECT state FROM policy_snapshots WHERE run_id = ? ORDER BY id DESC LIMIT 1", (run_id,))

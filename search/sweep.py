@@ -24,31 +24,24 @@ fit in a 285 s budget, hence the 600 s default budget.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
-import math
 import time
 import uuid
 from pathlib import Path
 
 import torch
 
-import cudal2_ops
-from build_tools.kernel_lib import CUTLASS_PIN
+from cudal2_catalog.config import DEFAULT_KNOBS, Knobs, config_of
+from cudal2_catalog.families import knob_grid
 from cudal2_ops._extension import _C
-from cudal2_ops.correctness import checks
-from cudal2_ops.correctness.reference import reference as fp32_reference
-from cudal2_ops.measure import env as bench_env
-from cudal2_ops.measure import shapes as bench_shapes
-from cudal2_ops.measure import timing
-from cudal2_ops.measure.cold_l2 import bytes_per_call, cold_set_count, l2_bytes
-from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
-from search.families import family_module
+from cudal2_testing.correctness import checks
+from cudal2_testing.kernel_timing import (COLD_MAX_SETS, TORCH_DTYPES, ProblemRun, environment, fastest, kernel_impl,
+                                          time_call)
+from cudal2_testing.measure import shapes as bench_shapes
+from cudal2_testing.measure.summary import geomean
 
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PROTOCOL = "kernel mode: CUDA-graph replay of R calls, CUDA events, median of >= 5 replays; warm L2; same inputs"
-COLD_MAX_SETS = 64  # smaller problems are launch-bound; more sets only lengthen every replay's capture
 PROTOCOL_COLD = PROTOCOL.replace("warm L2; same inputs", "cold weights: calls rotate over input sets totalling more "
                                  f"than 4x the L2, at most {COLD_MAX_SETS} (baseline and candidates on the same sets)")
 KNOB_TOP = 2  # kernels per problem whose runtime knob grid is explored
@@ -70,109 +63,6 @@ def problems(sample: int, seed: int, max_log2_mnk: float, llm_max_m: int, llm_dt
     out |= {("nt", dtype, *s) for s in bench_shapes.llm() if s[0] <= llm_max_m for dtype in llm_dtypes}
     out = {p for p in out if (max_m is None or p[2] <= max_m) and (min_m is None or p[2] >= min_m)}
     return sorted(out, key=lambda p: (p[2:] not in REFERENCE_SHAPES, bench_shapes.log2_mnk(p[2:]), p))
-
-
-def kernel_impl(name: str, layout: str, knobs: Knobs = DEFAULT_KNOBS):
-    """An `impl(a, b, bias, out)` running one kernel by name with `knobs` (the checks' calling convention)."""
-    def impl(a, b, bias, out):
-        _C.run_kernel(name, a, b, bias, out, layout, *knobs)
-        return out
-    return impl
-
-
-def config_of(name: str) -> HgemmConfig | None:
-    """The config a generated kernel's name spells (None for a kernel from an extra library)."""
-    try:
-        return HgemmConfig.from_name(name)
-    except ValueError:
-        return None
-
-
-def knob_grid(name: str, m: int, n: int, k: int) -> list[Knobs]:
-    """The knob variants to time for kernel `name` on an M x N x K problem: its family's `knob_grid` (none for a
-    kernel whose name is not a generated config, e.g. one from an extra kernel library)."""
-    cfg = config_of(name)
-    return family_module(cfg.family).knob_grid(cfg, m, n, k) if cfg else []
-
-
-def knobs_of(cand: dict) -> Knobs:
-    """The runtime knobs a candidate was measured with."""
-    return Knobs(cand["splits"], cand["swizzle"], cand["raster"])
-
-
-def fastest(cands: list[dict], count: int) -> list[dict]:
-    """The `count` fastest correct timed candidates, fastest first."""
-    return sorted((c for c in cands if c["correct"] and c.get("us")), key=lambda c: c["us"])[:count]
-
-
-def time_call(call, n_sets: int = 1, target_ms: float = 1.0) -> float:
-    """Median per-call GPU time (us) of `call(i)` (runs on input set i) in kernel mode, rotating over `n_sets` sets,
-    with replays of about `target_ms`."""
-    call(0)
-    est = timing.estimate_ms(call, n_sets)
-    return timing.kernel_mode(call, n_sets, est, target_ms=target_ms)["median_us"]
-
-
-@dataclasses.dataclass
-class ProblemRun:
-    """One problem's inputs, fp32 reference and output buffer, shared by the baseline and every candidate."""
-
-    layout: str
-    a: torch.Tensor
-    b: torch.Tensor
-    out: torch.Tensor
-    ref: torch.Tensor
-    tol: float
-    extra_sets: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()  # more (a, b) for cold-weight timing
-
-    @classmethod
-    def random(cls, layout: str, dtype: str, m: int, n: int, k: int, cold: bool = False) -> "ProblemRun":
-        """Random normal operands on the GPU, with the relative-error tolerance of `dtype`. With `cold`, extra
-        operand sets so that the sets total more than 4x the L2 (decode_bandwidth's rule; at most COLD_MAX_SETS):
-        timed calls rotate over them and do not find their weight in L2, as in LLM decode."""
-        tdtype = TORCH_DTYPES[dtype]
-        a = torch.randn(m, k, device="cuda", dtype=tdtype)
-        b = torch.randn((k, n) if layout == "nn" else (n, k), device="cuda", dtype=tdtype)
-        out = torch.empty(m, n, device="cuda", dtype=tdtype)
-        count = cold_set_count(bytes_per_call(m, n, k), l2_bytes(), cap=COLD_MAX_SETS) if cold else 1
-        extra = tuple((torch.randn_like(a), torch.randn_like(b)) for _ in range(count - 1))
-        return cls(layout, a, b, out, fp32_reference(a, b, layout), 8e-3 if dtype == "bf16" else 1e-3, extra)
-
-    @property
-    def n_sets(self) -> int:
-        """Operand sets timed calls rotate over (1: warm L2)."""
-        return 1 + len(self.extra_sets)
-
-    def operands(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(a, b) of set i; set 0 is the checked one."""
-        return (self.a, self.b) if i == 0 else self.extra_sets[i - 1]
-
-    @property
-    def mnk(self) -> tuple[int, int, int]:
-        """The problem's M, N, K."""
-        return self.out.shape[0], self.out.shape[1], self.a.shape[1]
-
-    def rel_err(self) -> float:
-        """Relative Frobenius error of `out` against the reference."""
-        return ((self.out.float() - self.ref).norm() / self.ref.norm().clamp_min(1e-30)).item()
-
-    def candidate(self, name: str, knobs: Knobs, target_ms: float = 1.0) -> dict | None:
-        """Kernel `name` under `knobs`: its relative error, whether that is within tolerance and, only then, its time
-        (replays of about `target_ms`); None when the kernel rejects the problem or the knobs."""
-        impl = kernel_impl(name, self.layout, knobs)
-
-        def call(i: int) -> None:
-            impl(*self.operands(i), None, self.out)
-        self.out.fill_(float("nan"))
-        try:
-            call(0)
-        except RuntimeError:
-            return None
-        err = self.rel_err()
-        cand = {"kernel": name, **knobs._asdict(), "err": err, "correct": err <= self.tol}
-        if cand["correct"]:
-            cand["us"] = time_call(call, self.n_sets, target_ms)
-        return cand
 
 
 def family_of(name: str) -> str | None:
@@ -209,13 +99,12 @@ def sweep_problem(layout: str, dtype: str, m: int, n: int, k: int, kernels: list
     fastest candidate also gets the exact-integer check."""
     run = ProblemRun.random(layout, dtype, m, n, k, cold)
     row = {"layout": layout, "dtype": dtype, "m": m, "n": n, "k": k, "baseline": "cublaslt-autotune"}
-    _C.cublaslt_matmul(run.a, run.b, None, run.out, layout, "autotune")  # tunes once for this problem
+    run.baseline_call("autotune")(0)  # tunes once for this problem
     row["baseline_err"] = run.rel_err()
-    row["baseline_us"] = time_call(
-        lambda i: _C.cublaslt_matmul(*run.operands(i), None, run.out, layout, "autotune"), run.n_sets)
+    row["baseline_us"] = time_call(run.baseline_call("autotune"), run.n_sets)
     row["candidates"] = measure_kernels(run, kernels)
     for best in fastest(row["candidates"], 1):
-        exact = checks.check_exact(kernel_impl(best["kernel"], layout, knobs_of(best)), (m, n, k), layout,
+        exact = checks.check_exact(kernel_impl(best["kernel"], layout, Knobs.from_dict(best)), (m, n, k), layout,
                                    TORCH_DTYPES[dtype], checks.CheckContext())
         best["correct"] = exact.passed
         best["exact_check"] = exact.detail
@@ -234,17 +123,8 @@ def family_summary(rows: list[dict], info: dict[str, dict]) -> dict[str, dict]:
                 best[family] = c["us"]
         for family, us in best.items():
             ratios.setdefault(family, []).append(row["baseline_us"] / us)
-    return {family: {"problems": len(r), "geomean": math.exp(sum(map(math.log, r)) / len(r)), "min": min(r),
+    return {family: {"problems": len(r), "geomean": geomean(r), "min": min(r),
                      "max": max(r), "wins": sum(x > 1.0 for x in r)} for family, r in ratios.items()}
-
-
-def environment() -> dict:
-    """The facts a table header is validated against, plus provenance."""
-    props = torch.cuda.get_device_properties(0)
-    return {"gpu_name": props.name, "sm_count": props.multi_processor_count, "capability": [props.major, props.minor],
-            "cuda": torch.version.cuda, "driver": bench_env.nvidia_smi(0).get("driver_version"),
-            "cutlass": CUTLASS_PIN, "package_version": cudal2_ops.__version__, "torch": torch.__version__,
-            "commit": bench_env.git_commit(), "pdl_disabled": bench_env.pdl_disabled()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ targets of an offline fit (per problem, each dimension's softmax is pulled towar
 candidates weighted by exp(reward / 0.05), smoothed); per-problem baselines and elites stay empty, so that the run's
 own problems start from their own measurements.
 
-On the simulated benchmark (`python -m search.budget_study`: 100 G1000 shapes, seeds 0-2, warm start from a simulated
+On the simulated benchmark (`python -m studies.budget_study`: 100 G1000 shapes, seeds 0-2, warm start from a simulated
 sweep of 100 other shapes; benchmarks/results/simulated/budget_study_2026-11-25.md) the geomean best speedup at 4 / 8
 / 24 evaluations per problem is 1.049 / 1.065 / 1.099 warm, 0.889 / 0.981 / 1.065 cold, 0.987 / 1.007 / 1.062 for the
 sweep heuristic; tests/test_search_warm_start.py checks the 4-evaluation gain on a smaller sample.
@@ -18,13 +18,16 @@ from __future__ import annotations
 import collections
 import math
 import random
+import zlib
 from pathlib import Path
 
+from cudal2_catalog.config import Knobs
 from cudal2_ops.tables import parse_key
 from search.candidate import INCORRECT, OK, Candidate, EvalResult, Problem
+from search.errors import UserError
 from search.policy import Policy
 from search.reward import reward
-from search.space import point_of
+from search.candidate_space import point_of
 from search.store import Store
 from search.table_select import read_sweep
 
@@ -43,8 +46,7 @@ def from_sweep(doc: dict) -> list[Measurement]:
     for row in doc["rows"]:
         problem = Problem(row["layout"], row["dtype"], row["m"], row["n"], row["k"])
         for c in row["candidates"]:
-            cand = Candidate(config=c["kernel"], knobs=(c.get("splits", 0), c.get("swizzle", 0), c.get("raster", 0)),
-                             provenance="warm-start")
+            cand = Candidate(config=c["kernel"], knobs=Knobs.from_dict(c), provenance="warm-start")
             if c.get("correct") and c.get("us"):
                 result = EvalResult(OK, us=c["us"], baseline_us=row["baseline_us"],
                                     case_speedups=[row["baseline_us"] / c["us"]], max_rel_err=c.get("err") or 0.0)
@@ -71,7 +73,7 @@ def measurements_of(store: Store, run_id: str | None = None) -> list[Measurement
 
 def from_store(path: Path) -> list[Measurement]:
     """The config evaluations of the search store at `path`, with their stored rewards."""
-    store = Store(path)
+    store = Store(path, readonly=True)
     try:
         return measurements_of(store)
     finally:
@@ -79,13 +81,18 @@ def from_store(path: Path) -> list[Measurement]:
 
 
 def load(paths: list[Path]) -> list[Measurement]:
-    """Measurements from sweep files (.json / .json.gz) and search stores (.sqlite / .db)."""
+    """Measurements from sweep files (.json / .json.gz) and search stores (.sqlite / .db); UserError naming a file
+    that is neither."""
     out: list[Measurement] = []
     for path in map(Path, paths):
         if path.suffix in (".sqlite", ".db"):
-            out += from_store(path)
-        else:
+            out += from_store(path)  # StoreError names what is wrong with a store
+            continue
+        try:
             out += from_sweep(read_sweep(path))
+        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UserError(f"--warm-start {path}: not a sweep results file (.json or .json.gz of python -m "
+                            f"search.sweep): {type(exc).__name__}: {exc}") from None
     return out
 
 

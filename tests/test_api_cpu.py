@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import cudal2_ops
 from cudal2_ops import ops
 
-needs_ext = pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
+needs_ext = pytest.mark.skipif(not cudal2_ops.is_compiled(), reason="compiled extension not built")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 

@@ -3,7 +3,7 @@ results files and timing arithmetic."""
 import pytest
 
 from benchmarks import grid, impls, results, runner
-from cudal2_ops.measure import timing
+from cudal2_testing.measure import timing
 
 
 def test_parse_args_defaults_and_lists():
@@ -75,9 +75,15 @@ def test_cold_set_count_exceeds_twice_l2():
         assert n >= 2 and n * runner.touched_bytes(shape) > 2 * l2
 
 
-def test_gpu_slug_and_pin():
-    from cudal2_ops.measure import env
+def test_gpu_slug_and_cutlass_version():
+    import importlib.metadata
+
+    from cudal2_testing.measure import env
 
     assert env.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia_h100_80gb_hbm3"
     assert env.gpu_slug("NVIDIA H200") == "nvidia_h200"
-    assert env.cutlass_pin()
+    try:
+        installed = importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    assert env.cutlass_version() == installed

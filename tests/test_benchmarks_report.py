@@ -7,7 +7,7 @@ import random
 import pytest
 
 from benchmarks import impls, report, results, stats
-from cudal2_ops.measure import shapes
+from cudal2_testing.measure import shapes
 
 MODES = ("kernel", "offline", "server")
 

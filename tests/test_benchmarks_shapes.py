@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from cudal2_ops.measure import shapes
+from cudal2_testing.measure import shapes
 
 
 def test_g1000_is_the_full_grid():

@@ -4,6 +4,7 @@ import math
 import pytest
 
 from benchmarks import stats
+from cudal2_testing.measure.summary import geomean, markdown_table
 
 
 def row(shape, impl, layout, t, ok=True, mode="kernel", dtype="fp16"):
@@ -15,9 +16,10 @@ def row(shape, impl, layout, t, ok=True, mode="kernel", dtype="fp16"):
 S1, S2, S3 = (64, 64, 64), (1024, 1024, 1024), (4096, 4096, 4096)
 
 
-def test_geomean_and_aggregate():
-    assert stats.geomean([1.0, 4.0]) == pytest.approx(2.0)
-    assert math.isnan(stats.geomean([]))
+def test_geomean_markdown_table_and_aggregate():
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0) and geomean(x for x in (2.0, 8.0)) == pytest.approx(4.0)
+    assert math.isnan(geomean([]))
+    assert markdown_table(["a", "b"], [[1, "x"]]) == ["| a | b |", "|---|---|", "| 1 | x |"]
     agg = stats.aggregate([0.5, 0.99, 1.0, 2.0])
     assert agg["n"] == 4 and agg["wins"] == 1 and agg["losses"] == 1
     assert agg["min"] == 0.5 and agg["max"] == 2.0 and agg["median"] == pytest.approx(0.995)

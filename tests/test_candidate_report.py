@@ -1,5 +1,5 @@
 """Candidate verdicts from a sweep: best candidate vs best built kernel vs cuBLASLt, and whether a candidate enters."""
-from search import candidate_report
+from studies import candidate_report
 
 
 def row(m, baseline_us, *cands):

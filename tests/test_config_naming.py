@@ -1,7 +1,7 @@
 """HgemmConfig: the name is the whole identity and parses back; bad fields are rejected. Knobs: the ABI's order."""
 import pytest
 
-from search.config import DEFAULT_KNOBS, HgemmConfig, Knobs
+from cudal2_catalog.config import DEFAULT_KNOBS, HgemmConfig, Knobs
 
 
 @pytest.mark.parametrize("cfg", [

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudal2_ops.correctness import (GUARD_BYTES, CheckResult, ErrorStats, GuardedTensor, all_passed, error_stats,
+from cudal2_testing.correctness import (GUARD_BYTES, CheckResult, ErrorStats, GuardedTensor, all_passed, error_stats,
                                     exact_expected, exact_inputs, max_abs_bound, reference, run_checks, summarize,
                                     torch_impl, within_tolerance)
-from cudal2_ops.correctness import fuzz
-from cudal2_ops.correctness.inputs import exact_density, same_bits
-from cudal2_ops.correctness.negative_controls import (Nondeterministic, fp16_accumulating, ignores_leading_dimension,
+from cudal2_testing.correctness import fuzz
+from cudal2_testing.correctness.inputs import exact_density, same_bits
+from cudal2_testing.correctness.negative_controls import (Nondeterministic, fp16_accumulating, ignores_leading_dimension,
                                                        last_row_unwritten, low_precision, writes_past_the_end)
 
 REPO = Path(__file__).resolve().parent.parent

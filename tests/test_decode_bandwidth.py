@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from benchmarks import decode_bandwidth as db
-from cudal2_ops.measure import cold_l2, shapes
+from cudal2_testing.measure import cold_l2, shapes
 
 M16 = 16 * 2**20
 

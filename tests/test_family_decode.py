@@ -7,9 +7,9 @@ import subprocess
 import pytest
 
 from build_tools import kernel_lib
-from search import codegen
-from search.config import HgemmConfig
-from search.families import decode
+from cudal2_catalog import codegen
+from cudal2_catalog.config import HgemmConfig
+from cudal2_catalog.families import decode
 
 
 def cfg(**overrides) -> HgemmConfig:

@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from search import codegen
-from search.config import HgemmConfig
-from search.families import sm80_cute
+from cudal2_catalog import codegen
+from cudal2_catalog.config import HgemmConfig
+from cudal2_catalog.families import sm80_cute
 
 BASE = HgemmConfig(family="sm80_cute", dtype="fp16", layout="nt", tile_m=128, tile_n=128, tile_k=32, stages=4,
                    warps=4)

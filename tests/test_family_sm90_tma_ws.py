@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from build_tools import kernel_lib
-from search import codegen
-from search.config import HgemmConfig, Knobs
-from search.families import sm90_tma_ws as fam
+from cudal2_catalog import codegen
+from cudal2_catalog.config import HgemmConfig, Knobs
+from cudal2_catalog.families import sm90_tma_ws as fam
 
 BASE = HgemmConfig("sm90_tma_ws", "fp16", "nt", 128, 256, 64, stages=0, cluster_m=2, cluster_n=1, schedule="coop",
                    scheduler="persistent")

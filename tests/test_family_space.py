@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from search.config import EPILOGUES, FAMILIES, SPLITK_POLICIES, HgemmConfig, Knobs
-from search.families import family_module
+from cudal2_catalog.config import DEFAULT_KNOBS, EPILOGUES, FAMILIES, SPLITK_POLICIES, HgemmConfig, Knobs
+from cudal2_catalog.families import family_module, knob_grid
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(HgemmConfig) if f.name != "family")
 ARCHS = (80, 90)
@@ -89,3 +89,28 @@ def test_feasible_is_pure_and_explains_refusals(family: str, data) -> None:
         assert (reason == "") == ok
         if ok:
             assert HgemmConfig.from_name(cfg.name) == cfg
+
+
+SM90_COOP = "sm90_tma_ws_fp16_nt_128x256x64_s0_c2x1_coop_persistent"
+SM90_STREAMK = "sm90_tma_ws_fp16_nt_128x128x64_s0_c1x1_coop_streamk"
+SM80 = "sm80_cute_fp16_nt_64x64x64_s3_w4"
+SM80_SLOWER = "sm80_cute_fp16_nt_128x128x32_s4_w4"
+DECODE = "decode_fp16_nt_8x128x128_s4_w8"
+
+
+def test_knob_grids_per_family():
+    swizzle_raster = {Knobs(0, s, r) for s in (1, 2, 4, 8) for r in (1, 2)}
+    assert set(knob_grid(SM90_COOP, 8192, 8192, 8192)) == swizzle_raster
+    assert set(knob_grid(SM90_STREAMK, 64, 64, 8192)) == swizzle_raster | {Knobs(s) for s in (1, 2, 4)}
+    sm80_square = knob_grid(SM80, 4096, 4096, 1024)
+    assert set(sm80_square) == {Knobs(0, g, r) for g in (4, 8) for r in (1, 2)}
+    splits = {Knobs(s) for s in (1, 2, 4, 8, 16, 32)}
+    assert set(knob_grid(SM80, 64, 256, 4096)) == set(sm80_square) | splits
+    assert set(knob_grid(SM80, 64, 64, 64)) == set(sm80_square) | {Knobs(1)}   # one K tile: no split
+    assert set(knob_grid(SM80, 1024, 2048, 4096)) == set(sm80_square) | {Knobs(1), Knobs(2)}  # <= 1024 CTAs
+    assert knob_grid(DECODE, 4, 4096, 4096) == [Knobs(s) for s in (1, 2, 4, 8, 16, 32)]
+    assert knob_grid(DECODE, 4, 4096, 512) == [Knobs(1), Knobs(2), Knobs(4)]   # 4 K tiles
+    assert knob_grid("an_external_kernel", 64, 64, 64) == []
+    for name in (SM90_COOP, SM90_STREAMK, SM80, DECODE):
+        grid = knob_grid(name, 64, 256, 4096)
+        assert DEFAULT_KNOBS not in grid and len(set(grid)) == len(grid)

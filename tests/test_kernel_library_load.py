@@ -4,7 +4,7 @@ import pytest
 
 import cudal2_ops
 from build_tools import kernel_lib
-from cudal2_ops.kernel_library import KernelLibrary
+from cudal2_testing.kernel_library import KernelLibrary
 
 NAME = "decode_fp16_nt_16x64x128_s4_w4"
 
@@ -28,7 +28,7 @@ def test_ctypes_loader_reads_the_index(library):
     assert kernel._desc.can_implement(None) == 4  # CUDAL2_BAD_ARGUMENT
 
 
-@pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
+@pytest.mark.skipif(not cudal2_ops.is_compiled(), reason="compiled extension not built")
 def test_cpp_registry_loads_the_library(library):
     from cudal2_ops._extension import _C
 

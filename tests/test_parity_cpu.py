@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import cudal2_ops
 
-needs_ext = pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
+needs_ext = pytest.mark.skipif(not cudal2_ops.is_compiled(), reason="compiled extension not built")
 
 CPU_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.uint8,
               torch.bool, torch.complex64, torch.complex128]

@@ -499,7 +499,7 @@ def test_projection_chain_runs_every_linear_in_order(calls, cpu_route):
 
 
 def test_benchmark_headers_record_behaviour_variables(monkeypatch):
-    from cudal2_ops.measure import env
+    from cudal2_testing.measure import env
 
     for name in env.BEHAVIOUR_VARIABLES:
         monkeypatch.delenv(name, raising=False)

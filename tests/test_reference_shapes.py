@@ -17,10 +17,10 @@ def finalist(kernel: str = KERNEL) -> dict:
 def test_rounds_pair_each_candidate_with_the_same_rounds_autotune_time(monkeypatch):
     times = {("lt", "autotune"): [100.0, 200.0, 100.0], ("lt", "heuristic"): [110.0, 110.0, 110.0],
              ("k", KERNEL): [105.0, 190.0, 110.0]}
-    monkeypatch.setattr(ref, "baseline_call", lambda run, policy: ("lt", policy))
     monkeypatch.setattr(ref, "kernel_call", lambda run, cand: ("k", cand["kernel"]))
     monkeypatch.setattr(ref, "time_call", lambda call, n_sets, target_ms: times[call].pop(0))
-    entries = ref.rounds(types.SimpleNamespace(n_sets=1), [finalist()], 3, random.Random(0))
+    run = types.SimpleNamespace(n_sets=1, baseline_call=lambda policy: ("lt", policy))
+    entries = ref.rounds(run, [finalist()], 3, random.Random(0))
     assert [e["kernel"] for e in entries] == ["cublaslt-autotune", "cublaslt-heuristic", KERNEL]
     ours = entries[2]
     assert ours["us_rounds"] == [105.0, 190.0, 110.0] and ours["median_us"] == 110.0

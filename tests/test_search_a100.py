@@ -8,8 +8,8 @@ import pytest
 from cudal2_ops import tables
 from search import __main__ as cli
 from search.candidate import COMPILE_ERROR, OK, Candidate, Problem
-from search.codegen import default_configs, feasible, render
-from search.config import HgemmConfig
+from cudal2_catalog.codegen import default_configs, feasible, render
+from cudal2_catalog.config import HgemmConfig
 from search.simulate import SimulatedBackend
 from search.store import Store
 from search.table_select import table_path

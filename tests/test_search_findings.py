@@ -1,25 +1,27 @@
 """The write-up of what the search found: winners by the table margin, their patterns by problem-size bucket."""
-from search import findings
-from search.__main__ import main
-from search.config import HgemmConfig
+from cudal2_catalog.config import HgemmConfig
 from search.candidate import Problem
 from search.loop import RunArgs, Search
 from search.simulate import SimulatedBackend
 from search.store import Store
+from search.table_select import from_sweep_rows
+from studies import findings
 
 SM90_SK = "sm90_tma_ws_fp16_nt_128x256x64_s0_c2x1_coop_streamk"
 SM80 = "sm80_cute_fp16_nt_64x64x64_s3_w4"
 
 
 def row(m, n, k, *cands):
-    return {"layout": "nt", "dtype": "fp16", "m": m, "n": n, "k": k, "baseline_us": 10.0,
-            "candidates": [dict(kernel=kern, us=us, correct=ok, splits=splits) for kern, us, ok, splits in cands]}
+    return from_sweep_rows([{"layout": "nt", "dtype": "fp16", "m": m, "n": n, "k": k, "baseline_us": 10.0,
+                             "candidates": [dict(kernel=kern, us=us, correct=ok, splits=splits)
+                                            for kern, us, ok, splits in cands]}])[0]
 
 
 def test_a_winner_must_be_correct_and_beat_the_margin():
     assert findings.winner(row(64, 64, 64, (SM80, 5.0, False, 0), (SM80, 9.9, True, 2)))[0] is None
     best, speedup = findings.winner(row(64, 64, 64, (SM80, 9.0, True, 2), (SM80, 9.5, True, 0)))
-    assert best["splits"] == 2 and round(speedup, 3) == 1.111
+    assert best.knobs.splits == 2 and round(speedup, 3) == 1.111
+    assert findings.winner(row(64, 64, 64, (SM80, 9.8, True, 0))) == (None, 10 / 9.8)  # 2% under: not a win
 
 
 def test_split_k_labels_follow_each_family():
@@ -45,6 +47,6 @@ def test_cli_writes_findings_from_a_store(tmp_path):
     store = Store(tmp_path / "s.db")
     Search.start(store, SimulatedBackend(), RunArgs(policy="sweep", budget_evals=30), problems).run()
     store.close()
-    assert main(["findings", "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "f.md")]) == 0
+    assert findings.main(["--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "f.md")]) == 0
     text = (tmp_path / "f.md").read_text()
     assert "## store s.db, Simulated H100 SXM" in text and "| bucket log2(MNK) | problems |" in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from search.codegen import default_configs, render
+from cudal2_catalog.codegen import default_configs, render
 from search.llm.static_scan import scan, strip_comments
 from search_abi_kernels import BODIES, CHEATS, naive_source
 

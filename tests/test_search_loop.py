@@ -91,8 +91,10 @@ def test_cli_run_resume_report_emit_export(tmp_path, monkeypatch, capsys):
     for policy in ("rl", "random"):
         assert cli.main(["run", "--shapes", str(shapes), "--budget-evals", "50", "--store", db, "--policy", policy,
                          "--quiet"]) == 0
-    assert cli.main(["resume", "--store", db, "--run", Store(db).runs()[0]["id"], "--budget-evals", "60",
-                     "--quiet"]) == 0
+    reader = Store(db, readonly=True)
+    first_run = reader.runs()[0]["id"]
+    reader.close()
+    assert cli.main(["resume", "--store", db, "--run", first_run, "--budget-evals", "60", "--quiet"]) == 0
     store = Store(db)
     run_id = store.runs()[0]["id"]
     store.add_proposal(run_id, 9, PROBLEMS[0], Proposal(None, MALFORMED, "no JSON object", "the prompt", "oops"),

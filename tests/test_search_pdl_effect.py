@@ -1,5 +1,5 @@
-"""search.pdl_effect: PDL on/off time ratios by family and bucket from two sweeps."""
-from search import pdl_effect
+"""studies.pdl_effect: PDL on/off time ratios by family and bucket from two sweeps."""
+from studies import pdl_effect
 
 
 def sweep(kernel_us, baseline_us):

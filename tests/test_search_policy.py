@@ -6,10 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from cudal2_ops.measure import shapes
-from search import space
+from cudal2_testing.measure import shapes
+from search import candidate_space as space
 from search.candidate import Candidate, Problem
-from search.loop import RunArgs, Search, geomean
+from cudal2_testing.measure.summary import geomean
+from search.loop import RunArgs, Search
 from search.policy import Policy, features
 from search.simulate import SimulatedBackend
 from search.store import Store

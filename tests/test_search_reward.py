@@ -3,7 +3,7 @@ import pytest
 
 from search import reward
 from search.candidate import CRASH, INCORRECT, OK, STATUSES, Candidate, EvalResult
-from search.codegen import default_configs
+from cudal2_catalog.codegen import default_configs
 
 CONFIG = Candidate(config=default_configs()[0].name)
 

@@ -4,21 +4,22 @@ import random
 
 import pytest
 
-from search import space
+from cudal2_catalog import space as catalog_space
+from cudal2_catalog.codegen import default_configs
+from cudal2_catalog.config import HgemmConfig, Knobs
+from search import candidate_space as space
 from search.candidate import Candidate, Problem
-from search.codegen import default_configs
-from search.config import HgemmConfig
 
 NT = Problem("nt", "fp16", 4096, 4096, 4096)
 
 
 def test_schema_is_json_with_choices_and_meanings_for_every_family():
-    doc = json.loads(json.dumps(space.schema()))
+    doc = json.loads(json.dumps(catalog_space.schema()))
     assert set(doc["families"]) == {"sm90_tma_ws", "sm80_cute", "decode"}
     for fam in doc["families"].values():
         for entry in list(fam["fields"].values()) + list(fam["knobs"].values()):
             assert entry["choices"] and entry["meaning"]
-    assert list(space.schema("decode")["families"]) == ["decode"]
+    assert list(catalog_space.schema("decode")["families"]) == ["decode"]
 
 
 def test_every_default_kernel_round_trips_through_its_point():
@@ -38,6 +39,23 @@ def test_points_outside_the_space_are_rejected_with_the_field(change, message):
     point = space.point_of(Candidate(config=default_configs()[0].name))
     with pytest.raises(ValueError, match=message):
         space.parse_point({**point, **change}, "llm")
+
+
+def test_catalog_points_are_configs_with_knobs():
+    cfg = default_configs()[0]
+    point = catalog_space.point_of(cfg, Knobs(splits=2))
+    assert point["splits"] == 2 and catalog_space.parse_point(point) == (cfg, Knobs(2, 0, 0))
+    assert catalog_space.sample(random.Random(3), "fp16", "nt", 90) == \
+        (HgemmConfig.from_name(space.sample(random.Random(3), NT, 90).config), space.sample(random.Random(3), NT, 90).knobs)
+
+
+def test_source_candidates_are_not_points():
+    source = Candidate(source="...", source_name="k")
+    with pytest.raises(ValueError, match="source candidate"):
+        space.point_of(source)
+    with pytest.raises(ValueError, match="source candidate"):
+        space.neighbours(source, random.Random(0))
+    assert space.check(source, NT, 90) == (True, "")
 
 
 def test_missing_tile_is_rejected():

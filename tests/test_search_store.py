@@ -1,19 +1,14 @@
-"""The SQLite store: one row per verdict and build, and a run SIGKILLed at random moments resumes losing nothing
-that was completed."""
-import random
+"""The SQLite store: one row per verdict and build, a problem's proposals of a round recorded together, one writer at
+a time, read-only opens that create and write nothing, and clear errors for files that are not stores (the CLI's
+view of them: tests/test_search_cli_errors.py; kills and resumes: tests/test_search_resume_kill.py)."""
+import os
 import sqlite3
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from search.backend import CompileOutcome
 from search.candidate import OK, Candidate, EvalResult, Problem, Proposal
-from search.store import Store
-
-REPO = Path(__file__).resolve().parent.parent
+from search.store import APPLICATION_ID, SCHEMA, Store, StoreError
 PROBLEM = Problem("nt", "fp16", 64, 128, 256)
 CAND = Candidate(config="decode_fp16_nt_16x64x64_s4_w4", knobs=(2, 0, 0), provenance="policy")
 
@@ -41,48 +36,72 @@ def test_records_round_trip_and_duplicates_are_refused(tmp_path):
     assert store.unfinished_run() is None
 
 
-def _rows(db: Path) -> set[tuple]:
-    """The store's evaluations (none while the run is starting and has not created its tables)."""
-    try:
-        with sqlite3.connect(db) as con:
-            return set(con.execute("SELECT id, run_id, candidate_id, problem_key, status, us FROM evaluations"))
-    except sqlite3.OperationalError:
-        return set()
+def test_read_only_opens_never_create_and_never_write(tmp_path):
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StoreError, match="missing.db does not exist"):
+        Store(missing, readonly=True)
+    assert list(tmp_path.iterdir()) == []
+    db = tmp_path / "s.db"
+    writer = Store(db)
+    run = writer.create_run("rl", {}, {}, [PROBLEM])
+    writer.close()
+    digest = db.read_bytes()
+    reader = Store(db, readonly=True)
+    assert [r["id"] for r in reader.runs()] == [run]
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader.finish_run(run)
+    reader.close()
+    assert db.read_bytes() == digest
 
 
-def _wait_for_evaluations(db: Path, at_least: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and proc.poll() is None:
-        if len(_rows(db)) >= at_least:
-            return
-        time.sleep(0.05)
+def test_one_writer_at_a_time_and_readers_beside_it(tmp_path):
+    db = tmp_path / "s.db"
+    writer = Store(db)
+    run = writer.create_run("rl", {}, {}, [PROBLEM])
+    with pytest.raises(StoreError, match=rf"in use by another search run or resume \(pid {os.getpid()},"):
+        Store(db)
+    reader = Store(db, readonly=True)          # readers do not take the lock
+    assert reader.run(run)["policy"] == "rl"
+    writer.close()                             # closing releases the lock
+    again = Store(db)
+    again.close()
+    reader.close()
 
 
-def test_sigkill_at_random_moments_then_resume_loses_no_completed_evaluation(tmp_path):
-    db = tmp_path / "killed.db"
-    budget = 160
-    run = [sys.executable, "-m", "search", "run", "--shapes", "sample10", "--budget-evals", str(budget), "--store",
-           str(db), "--sim-delay-ms", "15", "--quiet"]
-    resume = [sys.executable, "-m", "search", "resume", "--store", str(db), "--quiet"]
-    rng = random.Random(7)
-    completed: set[tuple] = set()
-    proc = subprocess.Popen(run, cwd=REPO, stdout=subprocess.DEVNULL)
-    for kill in range(3):
-        _wait_for_evaluations(db, len(completed) + 5, proc)
-        time.sleep(rng.uniform(0.0, 0.4))
-        proc.kill()
-        proc.wait()
-        now = _rows(db)
-        assert completed <= now, "a completed evaluation was lost"
-        completed = now
-        proc = subprocess.Popen(resume, cwd=REPO, stdout=subprocess.DEVNULL)
-    assert proc.wait(timeout=120) == 0
-    store = Store(db)
-    assert len(store.runs()) == 1 and store.runs()[0]["finished"] is not None
-    final = _rows(db)
-    assert completed <= final and 0 < len(completed) < budget
-    assert store.evaluation_count(store.runs()[0]["id"]) == budget
-    keys = store.query("SELECT candidate_id, problem_key, COUNT(*) AS n FROM evaluations GROUP BY 1, 2 HAVING n > 1")
-    assert keys == []
-    built = {r[0] for r in store.query("SELECT build_key FROM compiles")}
-    assert {r["candidate_id"].split("@")[0] for r in store.evaluations()} <= built
+def test_an_older_store_without_the_application_id_is_still_a_store(tmp_path):
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.executescript(SCHEMA)
+    con.close()
+    reader = Store(db, readonly=True)
+    assert reader.runs() == []
+    reader.close()
+    Store(db).close()
+    assert sqlite3.connect(db).execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+
+
+def test_unknown_runs_are_named_with_the_store_s_runs(tmp_path):
+    store = Store(tmp_path / "s.db")
+    with pytest.raises(StoreError, match="it holds no run"):
+        store.run("bogus")
+    run = store.create_run("rl", {}, {}, [PROBLEM])
+    with pytest.raises(StoreError, match=f"no run 'bogus' in .*s.db \\(its runs: {run}\\)"):
+        store.run("bogus")
+
+
+def test_a_problem_s_proposals_are_recorded_together_and_unevaluated_ones_found(tmp_path):
+    store = Store(":memory:")
+    run = store.create_run("rl", {}, {}, [PROBLEM])
+    other = Candidate(config="decode_fp16_nt_16x64x64_s4_w4", knobs=(0, 0, 0), provenance="random")
+    store.add_proposals(run, 0, PROBLEM, [(Proposal(CAND), "policy"), (Proposal(other), "random"),
+                                          (Proposal(None, "malformed", "no JSON"), "llm:x")], elapsed_s=2.5)
+    with pytest.raises(sqlite3.IntegrityError):   # a bad row rolls back the whole problem
+        store.add_proposals(run, 1, PROBLEM, [(Proposal(CAND), "policy"), (Proposal(other), None)])
+    assert store.proposed_problems(run, 0) == {PROBLEM.key} and store.proposed_problems(run, 1) == set()
+    assert store.run(run)["elapsed_s"] == 2.5
+    result = EvalResult(OK, us=1.0, baseline_us=1.5, case_speedups=[1.5], max_rel_err=1e-4, gpu={"gpu_name": "g"})
+    store.add_evaluation(run, 0, CAND, PROBLEM, result, 1.4, elapsed_s=1.0)
+    assert [(r["round"], r["candidate_id"]) for r in store.unevaluated(run)] == [(0, other.id)]
+    assert store.run(run)["elapsed_s"] == 3.5
+    store.save_policy(run, 0, {})
+    assert store.snapshot_rounds(run) == {0}

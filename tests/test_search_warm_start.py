@@ -1,8 +1,9 @@
 """Warm start: the rl policy fit to earlier measurements (sweep files, search stores) before a run proposes."""
 from pathlib import Path
 
-from cudal2_ops.measure import shapes
-from search import budget_study, warm_start
+from cudal2_testing.measure import shapes
+from search import warm_start
+from studies import budget_study
 from search.candidate import Problem
 from search.loop import RunArgs, Search
 from search.policy import Policy

@@ -1,4 +1,4 @@
-"""Table selection from sweep rows: only correct kernels that beat the baseline by the margin, under a budget."""
+"""Table selection from measurements: only correct kernels that beat the baseline by the margin, under a budget."""
 import gzip
 import json
 from pathlib import Path
@@ -21,7 +21,7 @@ def test_winner_must_be_correct_and_beat_margin():
     rows = [row(1, 10.0, ("fast_wrong", 5.0, False), ("ok", 9.0, True)),   # 10% faster and correct: in
             row(2, 10.0, ("barely", 9.9, True)),                            # 1% faster: within noise, out
             row(3, 10.0, ("slow", 12.0, True))]                             # slower: out
-    entries = table_select.select_entries(rows, margin=0.03)
+    entries = table_select.select_entries(table_select.from_sweep_rows(rows), margin=0.03)
     assert list(entries) == ["nt_fp16_1_64_64"]
     assert entries["nt_fp16_1_64_64"]["kernel"] == "ok"
     assert entries["nt_fp16_1_64_64"]["speedup"] == round(10 / 9, 4)
@@ -32,20 +32,20 @@ def test_entry_carries_the_winning_knobs():
     r = row(1, 10.0, ("k", 9.0, True))
     r["candidates"] = [{**r["candidates"][0], "splits": 0, "swizzle": 0, "raster": 0},
                        {"kernel": "k", "us": 8.0, "correct": True, "splits": 2, "swizzle": 4, "raster": 1}]
-    entry = table_select.select_entries([r])["nt_fp16_1_64_64"]
+    entry = table_select.select_entries(table_select.from_sweep_rows([r]))["nt_fp16_1_64_64"]
     assert [entry[f] for f in ("kernel", "splits", "swizzle", "raster", "kernel_us")] == ["k", 2, 4, 1, 8.0]
 
 
 def test_kernel_budget_keeps_the_most_valuable_kernels():
     rows = [row(1, 10.0, ("a", 5.0, True)), row(2, 10.0, ("a", 5.0, True)), row(3, 10.0, ("b", 8.0, True))]
-    entries = table_select.select_entries(rows, margin=0.0, kernel_budget=1)
+    entries = table_select.select_entries(table_select.from_sweep_rows(rows), margin=0.0, kernel_budget=1)
     assert {e["kernel"] for e in entries.values()} == {"a"}
     assert len(entries) == 2
 
 
 def test_built_table_passes_the_loader_validators(tmp_path, monkeypatch):
-    sweep = {"environment": ENV, "run_id": "r", "protocol": "p", "rows": [row(1, 10.0, ("k", 5.0, True))]}
-    doc = table_select.build_table(sweep)
+    doc = table_select.build_table(table_select.from_sweep_rows([row(1, 10.0, ("k", 5.0, True))]), ENV, "r", "p")
+    assert doc["header"]["search_run"] == "r" and doc["header"]["timing_protocol"] == "p"
     path = table_select.table_path(tmp_path, ENV)
     assert path == tmp_path / "sm90" / "nvidia_h100_80gb_hbm3.json"
     path.parent.mkdir(parents=True)
@@ -53,7 +53,7 @@ def test_built_table_passes_the_loader_validators(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_TABLE", str(path))
     facts = tables.DeviceFacts(ENV["gpu_name"], 132, (9, 0), "13.0")
     table = tables.load_table_for(facts)
-    assert table is not None and tables.table_rows(table) == [("nt", "fp16", 1, 64, 64, "k", 0, 0, 0)]
+    assert table is not None and tables.table_rows(table) == [("nt", "fp16", 1, 64, 64, "k", 0, 0, 0, [])]
 
 
 def test_merged_sweeps_take_each_problem_from_the_last_sweep():
@@ -64,7 +64,7 @@ def test_merged_sweeps_take_each_problem_from_the_last_sweep():
     assert merged["run_id"] == "full+ref" and merged["protocol"] == "warm"
     cold = table_select.merge_sweeps([old, {**new, "protocol": "cold"}])
     assert cold["protocol"] == "full: warm; ref: cold"  # each sweep's rows keep their own protocol
-    entries = table_select.select_entries(merged["rows"])
+    entries = table_select.select_entries(table_select.from_sweep_rows(merged["rows"]))
     assert {key: e["kernel"] for key, e in entries.items()} == {"nt_fp16_1_64_64": "a", "nt_fp16_2_64_64": "b"}
 
 

@@ -38,7 +38,7 @@ def test_matching_header_is_accepted(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_TABLE", str(path))
     table = tables.load_table_for(FACTS)
     assert table is not None and table.nearest_m_up
-    assert tables.table_rows(table) == [("nt", "fp16", 64, 64, 64, "k", 2, 0, 0)]
+    assert tables.table_rows(table) == [("nt", "fp16", 64, 64, 64, "k", 2, 0, 0, [])]
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -72,4 +72,60 @@ def test_committed_tables_are_well_formed():
         table = tables.read_table(path)
         assert table.header["schema_version"] == tables.SCHEMA_VERSION
         for entry in table.entries.values():
-            assert entry["kernel"] and entry["kernel_us"] > 0 and entry["baseline_us"] > 0
+            assert entry.get("kernel") or entry.get("cublaslt"), entry
+            if entry.get("kernel"):
+                assert entry["kernel_us"] > 0 and entry["baseline_us"] > 0
+            if entry.get("cublaslt"):
+                assert table.header["cublaslt_version"] > 0 and entry["cublaslt_us"] > 0
+                assert len(tables.cublaslt_fields(entry)) == len(tables.LT_CONFIG_FIELDS)
+
+
+LT = {"algo_id": 21, "tile": 18, "stages": 8, "split_k": 1, "reduction": 0, "swizzle": 0, "custom": 0,
+      "inner_shape": 0, "cluster_shape": 2}
+FACTS_LT = tables.DeviceFacts(FACTS.gpu_name, 132, (9, 0), "13.0", cublaslt=130100)
+
+
+def test_cublaslt_configurations_become_dispatcher_rows(tmp_path, monkeypatch):
+    entries = {"nn_bf16_8_64_64": {"cublaslt": LT, "cublaslt_us": 2.5},
+               "nt_fp16_64_64_64": {"kernel": "k", "raster": 1, "cublaslt": LT}}
+    monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(cublaslt_version=130100), entries)))
+    monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
+    rows = sorted(tables.table_rows(tables.load_table_for(FACTS_LT)))
+    fields = [21, 18, 8, 1, 0, 0, 0, 0, 2]
+    assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields), ("nt", "fp16", 64, 64, 64, "k", 0, 0, 1, fields)]
+
+
+def test_configurations_of_another_cublaslt_are_dropped_with_one_warning(tmp_path, monkeypatch):
+    entries = {"nn_bf16_8_64_64": {"cublaslt": LT}, "nt_fp16_64_64_64": {"kernel": "k", "cublaslt": LT}}
+    monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(cublaslt_version=120900), entries)))
+    monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
+    with pytest.warns(RuntimeWarning, match="cuBLASLt 120900.*this is cuBLASLt 130100") as caught:
+        table = tables.load_table_for(FACTS_LT)
+    assert len(caught) == 1
+    assert tables.table_rows(table) == [("nt", "fp16", 64, 64, 64, "k", 0, 0, 0, [])]  # the kernel stays
+
+
+def test_a_configuration_missing_a_field_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="lacks"):
+        tables.cublaslt_fields({"cublaslt": {"algo_id": 1}})
+
+
+def test_the_users_tuned_table_overlays_the_shipped_one(tmp_path, monkeypatch):
+    shipped = write_table(tmp_path, make_header(cublaslt_version=130100),
+                          {"nt_fp16_64_64_64": {"kernel": "k"}, "nt_fp16_8_64_64": {"kernel": "k"}})
+    tuned = tmp_path / "tuned" / "t.json"
+    tuned.parent.mkdir()
+    tuned.write_text(json.dumps({"header": make_header(cublaslt_version=130100),
+                                 "entries": {"nt_fp16_8_64_64": {"cublaslt": LT}, "nt_fp16_1_64_64": {"cublaslt": LT}}}))
+    monkeypatch.setenv("CUDAL2_TABLE", str(shipped))
+    monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tuned))
+    table = tables.load_table_for(FACTS_LT)
+    assert table.header["tuned_overlay"] == str(tuned)
+    assert {k: bool(e.get("kernel")) for k, e in table.entries.items()} == {
+        "nt_fp16_64_64_64": True, "nt_fp16_8_64_64": False, "nt_fp16_1_64_64": False}
+
+
+def test_tuned_table_default_location_follows_the_gpu(monkeypatch, tmp_path):
+    monkeypatch.delenv("CUDAL2_TUNED_TABLE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tables.tuned_table_file(FACTS) == tmp_path / "cudal2" / "tables" / "sm90" / "nvidia_h100_80gb_hbm3.json"

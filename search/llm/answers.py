@@ -12,7 +12,7 @@ import re
 
 from search.candidate import MALFORMED, SCAN_REJECTED, Candidate, Proposal
 from search.llm.static_scan import scan
-from search.space import parse_point
+from search.candidate_space import parse_point
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,95}")
 FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
@@ -27,6 +27,8 @@ def answer_document(text: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"the answer is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                          f'expected {{"points": [...], "kernels": [{{"name": ..., "source": ...}}]}}') from None
+    except RecursionError:
+        raise ValueError("the answer's JSON is nested too deeply") from None
     if not isinstance(doc, dict) or not ({"points", "kernels"} & set(doc)):
         raise ValueError('the answer must be a JSON object with "points" and/or "kernels"')
     return doc

@@ -8,7 +8,8 @@ from pathlib import Path
 from search.candidate import Problem
 from search.llm.static_scan import BANNED
 from search.proposers import Measured, ProposalContext
-from search.space import families_for, point_of, schema
+from cudal2_catalog.space import families_for, schema
+from search.candidate_space import point_of
 
 INCLUDE_DIR = Path(__file__).resolve().parent.parent.parent / "csrc" / "include" / "cudal2"
 ABI_HEADERS = ("abi.h", "kernel_export.h")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 
 from search.candidate import INFEASIBLE, MALFORMED, Problem, Proposal
+from search.errors import UserError
 from search.llm import prompts
 from search.llm.answers import parse_answer
 from search.llm.client import ChatClient, LLMError
 from search.proposers import ProposalContext
-from search.space import check
+from search.candidate_space import check
 
 
 @dataclasses.dataclass
@@ -27,7 +28,7 @@ class LLMProposer:
     def from_env(cls, name: str = "openai") -> "LLMProposer":
         """The proposer for `--llm NAME` (only "openai": any OpenAI-compatible endpoint, see ChatClient.from_env)."""
         if name != "openai":
-            raise ValueError(f"unknown LLM proposer {name!r}; supported: openai (any OpenAI-compatible endpoint)")
+            raise UserError(f"unknown LLM proposer {name!r}; supported: openai (any OpenAI-compatible endpoint)")
         return cls(ChatClient.from_env())
 
     @property

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 import cudal2_ops
 from cudal2_ops import tables
-from cudal2_ops.correctness import checks
-from cudal2_ops.correctness.reference import reference as fp32_reference
-from cudal2_ops.measure import shapes
+from cudal2_testing.correctness import checks
+from cudal2_testing.correctness.reference import reference as fp32_reference
+from cudal2_testing.measure import shapes
 
 pytestmark = pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
 DTYPES = [torch.float16, torch.bfloat16]

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudal2_ops.correctness import CHECKS, all_passed, run_checks, summarize, torch_impl
-from cudal2_ops.correctness.fuzz import fp32_api, make_cases, run_fuzz, validate_report
-from cudal2_ops.correctness.kernel_impl import KernelImpl
-from cudal2_ops.correctness.negative_controls import (Nondeterministic, fp16_accumulating, ignores_leading_dimension,
+from cudal2_testing.correctness import CHECKS, all_passed, run_checks, summarize, torch_impl
+from cudal2_testing.correctness.fuzz import fp32_api, make_cases, run_fuzz, validate_report
+from cudal2_testing.correctness.kernel_impl import KernelImpl
+from cudal2_testing.correctness.negative_controls import (Nondeterministic, fp16_accumulating, ignores_leading_dimension,
                                                        last_row_unwritten, low_precision, writes_past_the_end)
-from cudal2_ops.kernel_library import KernelLibrary
+from cudal2_testing.kernel_library import KernelLibrary
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = [(128, 256, 4096), (7, 65, 1023), (1, 4104, 4097)]

@@ -1,35 +1,26 @@
 """GPU tests of the `decode` kernel family (M <= 64), run through the torch-free kernel library.
 
-Set CUDAL2_TEST_KERNEL_LIB to a library holding decode kernels (python -m build_tools.kernel_lib --names decode_...).
-CUDAL2_DECODE_BENCH=1 also runs the cold-weight bandwidth benchmark on the LLM decode shapes and prints a table.
+The library is $CUDAL2_TEST_KERNEL_LIB (e.g. python -m build_tools.kernel_lib --names decode_... --out lib.so), else
+the one the build installed (cudal2_ops/libcudal2_kernels.so); a GPU run with neither fails. The family's
+cold-weight bandwidth on the LLM decode shapes is a benchmark: python -m benchmarks.decode_bandwidth.
 """
 from __future__ import annotations
 
 import math
-import os
-import statistics
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from cudal2_ops.kernel_library import Kernel, KernelLibrary, Problem
-from kernel_lib_under_test import kernel_lib_path
-from search.families import decode
+from cudal2_testing.kernel_library import Kernel, KernelLibrary, Problem
+from kernel_lib_under_test import library_under_test
+from cudal2_catalog.families import decode
 
 TOLERANCE = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
-READ_ROOFLINE_BYTES_PER_S = 4.47e12
-BENCH_SHAPES = [(512, 3584), (1024, 4096), (3584, 3584), (4096, 4096), (6144, 4096), (4096, 14336),
-                (14336, 4096), (8192, 8192), (28672, 4096)]
-BENCH_M = (1, 8, 32, 64)
-L2_BYTES = 50 * 2**20
 
 
 @pytest.fixture(scope="module")
 def kernels() -> dict[str, Kernel]:
-    path = kernel_lib_path()
-    if not path:
-        pytest.skip("CUDAL2_TEST_KERNEL_LIB is not set")
+    path = library_under_test()
     found = {n: k for n, k in KernelLibrary(path).runnable_on().items() if k.family == "decode"}
     if not found:
         pytest.skip(f"no decode kernel in {path} runs on this GPU")
@@ -255,84 +246,3 @@ class _Launcher:
     def __call__(self) -> None:
         p: Problem = self.kernel.problem(self.a, self.b, self.out, splits=self.splits, workspace=self.workspace)
         assert self.kernel.launch(p) == 0
-
-
-def graph_time_us(calls: list, replays: int = 7) -> float:
-    """Per-call GPU time: all calls captured back to back in one CUDA graph, median over replays."""
-    for c in calls[:2]:
-        c()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    return statistics.median(times)
-
-
-def roofline_pct(bytes_moved: int, us: float) -> float:
-    """Percent of the read roofline reached by moving `bytes_moved` in `us` microseconds."""
-    return 100 * bytes_moved / (us * 1e-6) / READ_ROOFLINE_BYTES_PER_S
-
-
-def _bench_shape(kernels, dtype, layout, m, n, k, split_options) -> dict:
-    """Cold-weight timing of ours (each split option) and torch for one shape."""
-    kernel = pick(kernels, dtype, layout, m)
-    bytes_moved = (n * k + m * k + m * n) * 2
-    copies = max(2, math.ceil(2 * L2_BYTES / (n * k * 2)) + 1)
-    gen = torch.Generator(device="cuda").manual_seed(7)
-    x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
-    shape = (n, k) if layout == "nt" else (k, n)
-    weights = [torch.randn(*shape, generator=gen, device="cuda").to(dtype) for _ in range(copies)]
-    reps = max(copies, 24)
-    out = torch.empty(m, n, dtype=dtype, device="cuda")
-    row = {"kernel": kernel.name, "ours": {}}
-    for s in split_options:
-        launchers = [_Launcher(kernel, x, weights[i % copies], out, splits=s) for i in range(reps)]
-        row["ours"][s] = graph_time_us(launchers)
-    torch_op = (lambda w: (lambda: F.linear(x, w))) if layout == "nt" else (lambda w: (lambda: torch.matmul(x, w)))
-    row["torch"] = graph_time_us([torch_op(weights[i % copies]) for i in range(reps)])
-    ref = reference(x, weights[0], layout, None)
-    check = _Launcher(kernel, x, weights[0], out)
-    check()
-    row["err"] = rel_error(out, ref)
-    row["bytes"] = bytes_moved
-    del weights
-    torch.cuda.empty_cache()
-    return row
-
-
-@pytest.mark.skipif(os.environ.get("CUDAL2_DECODE_BENCH") != "1", reason="set CUDAL2_DECODE_BENCH=1")
-def test_bench_decode_bandwidth(kernels):
-    """Cold-weight, CUDA-graph-replay timing on the LLM decode shapes; prints one line per shape."""
-    lines = ["layout dtype N K M | ours_us ours% | torch_us torch% | best_split:us | kernel"]
-    pcts = []
-    configs = [("nt", torch.float16, n, k, m) for n, k in BENCH_SHAPES for m in BENCH_M]
-    configs += [("nn", torch.float16, n, k, m) for n, k in ((4096, 4096), (14336, 4096)) for m in (1, 64)]
-    configs += [("nt", torch.bfloat16, 4096, 4096, m) for m in (1, 64)]
-    sweep = {(512, 3584), (4096, 4096), (28672, 4096)}
-    for layout, dtype, n, k, m in configs:
-        options = [0, 1, 2, 4, 8, 16, 32] if (n, k) in sweep and layout == "nt" and dtype == torch.float16 else [0]
-        row = _bench_shape(kernels, dtype, layout, m, n, k, options)
-        ours = row["ours"][0]
-        best = min(row["ours"], key=row["ours"].get)
-        if layout == "nt" and dtype == torch.float16:
-            pcts.append((n * k <= 16 * 2**20, roofline_pct(row["bytes"], ours)))
-        lines.append(f"{layout} {str(dtype)[6:]} {n} {k} {m} | {ours:.2f} {roofline_pct(row['bytes'], ours):.0f}% | "
-                     f"{row['torch']:.2f} {roofline_pct(row['bytes'], row['torch']):.0f}% | {best}:{row['ours'][best]:.2f} | "
-                     f"{row['kernel']} err={row['err']:.1e}")
-        if len(row["ours"]) > 1:
-            lines.append("    splits: " + " ".join(f"{s}:{t:.2f}" for s, t in row["ours"].items()))
-    small = [p for is_small, p in pcts if is_small]
-    lines.append(f"NT fp16: median {statistics.median(p for _, p in pcts):.0f}% of read roofline, "
-                 f"min over N*K<=16M {min(small):.0f}%")
-    print("\n" + "\n".join(lines))

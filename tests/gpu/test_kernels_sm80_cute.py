@@ -1,9 +1,10 @@
-"""GPU tests of the sm80_cute kernels through the torch-free kernel library (cudal2_ops.kernel_library).
+"""GPU tests of the sm80_cute kernels through the torch-free kernel library (cudal2_testing.kernel_library).
 
-Set CUDAL2_TEST_KERNEL_LIB to a library holding sm80_cute kernels, e.g. built with
-`python -m build_tools.kernel_lib --names $(ls kernels/sm80 | grep sm80_cute | sed s/.cu//) --out libk.so --archs 9.0`.
+The library is $CUDAL2_TEST_KERNEL_LIB, e.g. built with
+`python -m build_tools.kernel_lib --names $(ls kernels/sm80 | grep sm80_cute | sed s/.cu//) --out libk.so --archs 9.0`,
+else the one the build installed beside cudal2_ops; a GPU run with neither fails.
 Besides the default set, VARIANT_NAMES exercise code paths the defaults do not (1- and 2-warp tiles with 16- and
-32-wide N-major atoms); build them with `python -m search.codegen --names ...` first. Kernels missing from the
+32-wide N-major atoms); build them with `python -m cudal2_catalog.codegen --names ...` first. Kernels missing from the
 library are skipped.
 """
 from __future__ import annotations
@@ -12,12 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cudal2_ops.kernel_library import Kernel, KernelError, KernelLibrary
-from kernel_lib_under_test import kernel_lib_path
-from search.families import sm80_cute
+from cudal2_testing.kernel_library import Kernel, KernelError, KernelLibrary
+from kernel_lib_under_test import library_under_test
+from cudal2_catalog.families import sm80_cute
 
-LIB_PATH = kernel_lib_path()
-pytestmark = pytest.mark.skipif(not LIB_PATH, reason="CUDAL2_TEST_KERNEL_LIB is not set")
 VARIANT_NAMES = ["sm80_cute_fp16_nn_16x32x32_s4_w1", "sm80_cute_bf16_nt_16x16x64_s4_w1",
                  "sm80_cute_fp16_nn_16x64x64_s3_w2", "sm80_cute_fp16_nt_64x32x64_s3_w4"]
 NAMES = [cfg.name for cfg in sm80_cute.default_configs()] + VARIANT_NAMES
@@ -27,7 +26,7 @@ STATUS_WORKSPACE_TOO_SMALL = 2
 
 @pytest.fixture(scope="module")
 def kernels() -> dict[str, Kernel]:
-    lib = KernelLibrary(LIB_PATH)
+    lib = KernelLibrary(library_under_test())
     found = {n: k for n, k in lib.runnable_on().items() if k.family == "sm80_cute"}
     if not found:
         pytest.skip("no sm80_cute kernel in the library runs on this GPU")

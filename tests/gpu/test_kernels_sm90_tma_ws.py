@@ -1,4 +1,5 @@
-"""GPU tests of the `sm90_tma_ws` kernels of a built kernel library (path in $CUDAL2_TEST_KERNEL_LIB).
+"""GPU tests of the `sm90_tma_ws` kernels of a built kernel library ($CUDAL2_TEST_KERNEL_LIB, else the one the build
+installed beside cudal2_ops; an sm_90 run with neither fails at collection).
 
 Each kernel of the family that runs on the visible GPU is checked for: accuracy on randn inputs against an fp32
 reference, bit-exact fp32 accumulation (0/1 inputs, sums above 2048), every output written (NaN-poisoned outputs),
@@ -12,17 +13,14 @@ import zlib
 import pytest
 import torch
 
-from cudal2_ops.kernel_library import Kernel, KernelLibrary
-from kernel_lib_under_test import kernel_lib_path
+from cudal2_testing.kernel_library import Kernel, KernelLibrary
+from kernel_lib_under_test import library_under_test
 
 FAMILY = "sm90_tma_ws"
-LIB_PATH = kernel_lib_path()
-if not LIB_PATH:
-    pytest.skip("CUDAL2_TEST_KERNEL_LIB is not set (path of a built kernel library)", allow_module_level=True)
 if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
     pytest.skip("sm90_tma_ws kernels need an sm_90 GPU", allow_module_level=True)
 
-LIBRARY = KernelLibrary(LIB_PATH)
+LIBRARY = KernelLibrary(library_under_test())
 KERNELS = {n: k for n, k in LIBRARY.runnable_on().items() if k.family == FAMILY}
 NAMES = sorted(KERNELS)
 REL_TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}

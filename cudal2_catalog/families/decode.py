@@ -1,0 +1,141 @@
+"""Family `decode`: memory-bound GEMM for LLM decode shapes (M <= 64), sm_80 to sm_90.
+
+The template lives in `csrc/include/cudal2/decode_gemm.cuh` (host ABI) and `decode_kernel.cuh` (device): the
+weight streams through a cp.async pipeline as the 16-row operand of mma.sync m16n8k16 (fp32 accumulation), the
+small M is the 8-wide side, and split-K across CTAs (runtime `splits`, 0 = automatic) keeps every SM busy.
+Config fields used: dtype, layout, tile_m (largest M handled: 8..64), tile_n (weight rows per CTA), tile_k (K per
+pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile). The only runtime knob is
+`splits`; `knob_grid` lists the values the sweep times.
+"""
+from __future__ import annotations
+
+import math
+
+from cudal2_catalog.config import HgemmConfig, Knobs
+
+FAMILY = "decode"
+SM_MIN, SM_MAX = 80, 90
+ELEMENT_BYTES = 2
+ROW_PAD = 8                       # elements of padding per shared-memory row (16 bytes)
+TILE_M = (8, 16, 32, 64)
+TILE_K = (32, 64, 128, 256)
+WARPS = (1, 2, 4, 8, 16)
+MAX_STAGES = 8
+MAX_REGISTERS = 255
+BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: ptxas reports 64..186 in total)
+ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
+LAYOUT_NT = {"nt": "true", "nn": "false"}
+KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
+
+# Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
+SPACE: dict[str, tuple] = {
+    "dtype": tuple(ELEMENTS),
+    "layout": ("nn", "nt"),
+    "tile_m": TILE_M,
+    "tile_n": tuple(range(16, 257, 16)),
+    "tile_k": TILE_K,
+    "stages": tuple(range(2, MAX_STAGES + 1)),
+    "cluster_m": (1,),
+    "cluster_n": (1,),
+    "schedule": ("",),
+    "scheduler": ("",),
+    "warps": WARPS,
+    "swap_ab": (False,),
+    "epilogue": ("",),
+    "splitk": ("",),
+}
+# Every value of each runtime knob: splits (0 = automatic, one resident wave); swizzle and raster are ignored.
+KNOB_SPACE: dict[str, tuple] = {"splits": (0, *KNOB_SPLITS, 64), "swizzle": (0,), "raster": (0,)}
+
+
+def smem_limit(arch: int) -> int:
+    """Opt-in shared memory per block (bytes) on compute capability `arch`."""
+    return {80: 163 * 1024, 87: 163 * 1024, 90: 227 * 1024}.get(arch, 99 * 1024)
+
+
+def warp_grid(cfg: HgemmConfig) -> tuple[int, int, int]:
+    """(warps_n, warps_k, row tiles per warp), as `Traits` in decode_kernel.cuh derives them."""
+    warps_n = min(cfg.warps, cfg.tile_n // 16)
+    return warps_n, cfg.warps // warps_n, cfg.tile_n // 16 // warps_n
+
+
+def smem_bytes(cfg: HgemmConfig) -> int:
+    """Dynamic shared memory of one CTA: the padded pipeline stages, or the cross-warp reduction if larger."""
+    w_rows, w_cols = (cfg.tile_n, cfg.tile_k) if cfg.layout == "nt" else (cfg.tile_k, cfg.tile_n)
+    stage = (w_rows * (w_cols + ROW_PAD) + cfg.tile_m * (cfg.tile_k + ROW_PAD)) * ELEMENT_BYTES
+    _, warps_k, _ = warp_grid(cfg)
+    return max(cfg.stages * stage, (warps_k - 1) * cfg.tile_n * cfg.tile_m * 4)
+
+
+def registers(cfg: HgemmConfig) -> int:
+    """Estimated registers per thread: accumulators + double-buffered A and B fragments + bookkeeping."""
+    _, _, row_tiles = warp_grid(cfg)
+    m_tiles = cfg.tile_m // 8
+    return row_tiles * m_tiles * 4 + 2 * (row_tiles * 4 + m_tiles * 2) + BASE_REGISTERS
+
+
+def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
+    """Whether `cfg` builds and runs on compute capability `arch`; (False, reason) otherwise. Pure."""
+    if cfg.family != FAMILY:
+        return False, f"family {cfg.family!r} is not {FAMILY}"
+    if not SM_MIN <= arch <= SM_MAX:
+        return False, f"decode kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab or cfg.epilogue:
+        return False, ("clusters, schedule, scheduler, swap_ab and epilogue are sm90_tma_ws fields; leave them at "
+                       "their defaults")
+    if cfg.splitk:
+        return False, "the decode family's split-K is its runtime splits knob; leave splitk empty"
+    if cfg.tile_m not in TILE_M:
+        return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"
+    if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):
+        return False, f"tile_n must be a multiple of 16 in [16, 256], got {cfg.tile_n}"
+    if cfg.tile_k not in TILE_K:
+        return False, f"tile_k must be one of {TILE_K}, got {cfg.tile_k}"
+    if not 2 <= cfg.stages <= MAX_STAGES:
+        return False, f"stages must be in [2, {MAX_STAGES}], got {cfg.stages}"
+    if cfg.warps not in WARPS:
+        return False, f"warps must be one of {WARPS}, got {cfg.warps}"
+    row_tiles16 = cfg.tile_n // 16
+    if cfg.warps % row_tiles16 and row_tiles16 % cfg.warps:
+        return False, f"warps ({cfg.warps}) must divide or be a multiple of tile_n/16 ({row_tiles16})"
+    _, warps_k, _ = warp_grid(cfg)
+    if (cfg.tile_k // 16) % warps_k:
+        return False, f"warps along K ({warps_k}) must divide tile_k/16 ({cfg.tile_k // 16})"
+    if smem_bytes(cfg) > smem_limit(arch):
+        return False, f"shared memory {smem_bytes(cfg)} B exceeds {smem_limit(arch)} B on sm_{arch}"
+    if registers(cfg) > MAX_REGISTERS:
+        return False, f"estimated {registers(cfg)} registers per thread exceed {MAX_REGISTERS}"
+    return True, ""
+
+
+def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
+    """Runtime knob variants the sweep times beyond the automatic split (splits=0) for an M x N x K problem: each of
+    KNOB_SPLITS up to the number of K tiles (the kernel clamps larger values to it); swizzle and raster are ignored
+    by this family."""
+    return [Knobs(splits=splits) for splits in KNOB_SPLITS if splits <= math.ceil(k / cfg.tile_k)]
+
+
+def render(cfg: HgemmConfig) -> str:
+    """The `.cu` body instantiating `cfg` (codegen prepends the generated-file header)."""
+    return (
+        '#include "cudal2/decode_gemm.cuh"\n\n'
+        f"CUDAL2_DECODE_KERNEL({cfg.name}, {ELEMENTS[cfg.dtype]}, {LAYOUT_NT[cfg.layout]}, {cfg.tile_m}, "
+        f"{cfg.tile_n}, {cfg.tile_k}, {cfg.stages}, {cfg.warps})\n"
+    )
+
+
+def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stages: int, warps: int) -> HgemmConfig:
+    return HgemmConfig(FAMILY, dtype, layout, tile_m, tile_n, tile_k, stages=stages, warps=warps)
+
+
+def default_configs() -> list[HgemmConfig]:
+    """The always-built set, per dtype: NT (nn.Linear) for M <= 8/16/32/64 plus a 256-wide M <= 64 tile for sm_90
+    (the fastest there on large N; can_implement refuses it where the shared memory does not fit), and NN for M <= 64.
+    Shapes picked by the cold-weight sweep on an H200 (see tests/gpu/test_kernels_decode.py). Two more M <= 8 / 16
+    tiles with under 114 KiB of shared memory fit two CTAs per SM; on the H200 they lead on mid-size weights (e.g.
+    4096 x 4096 at M = 1: 62.5% of bandwidth against 59.2% for 8x128x128 in decode_bandwidth_2026-11-23_89aa740)."""
+    shapes = [  # (layout, tile_m, tile_n, tile_k, stages, warps)
+        ("nt", 8, 128, 128, 4, 8), ("nt", 16, 64, 128, 4, 4), ("nt", 32, 128, 128, 3, 8),
+        ("nt", 64, 128, 128, 3, 8), ("nt", 64, 256, 64, 4, 8), ("nn", 64, 128, 128, 3, 8),
+        ("nt", 8, 128, 64, 4, 8), ("nt", 16, 128, 64, 4, 8)]
+    return [_config(dtype, *shape) for dtype in ("fp16", "bf16") for shape in shapes]

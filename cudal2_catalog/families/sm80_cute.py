@@ -1,0 +1,155 @@
+"""Family `sm80_cute`: CuTe multistage mma.sync GEMMs (cp.async + swizzled smem + ldmatrix, fp32 accumulation).
+
+The A100 workhorse, also kept for small problems on H100 where lightweight kernels beat the TMA/WGMMA ones. The
+device code lives in `csrc/include/cudal2/sm80_cute*.cuh`; a generated kernel is one `CUDAL2_SM80_CUTE_KERNEL`
+instantiation. Compile-time parameters: tile_m x tile_n x tile_k, warps, stages, dtype, layout, and the split-K
+policy `splitk` ("" = cluster reduction where available, "workspace" = always the workspace and a reduction kernel:
+no cluster launch, for small problems where co-scheduling a cluster costs more than a second kernel). Runtime knobs:
+`splits` (deterministic split-K: 2-8 parts reduce inside a thread-block cluster on sm_90, more parts or older GPUs
+through the workspace; 0 = automatic, splitting K when the output tiles leave SMs idle), `swizzle` (CTA group size),
+`raster` (1 = M, 2 = N);
+`knob_grid` lists the variants the sweep times.
+"""
+from __future__ import annotations
+
+import math
+
+from cudal2_catalog.config import HgemmConfig, Knobs
+
+FAMILY = "sm80_cute"
+SM_MIN, SM_MAX = 80, 90
+TILE_K = (32, 64)
+WARPS = (1, 2, 4, 8)
+STAGES = range(2, 7)
+# Opt-in dynamic shared memory per block (bytes) of every compute capability the binaries run on.
+SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+ELEMENT = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+SPLITK_POLICIES = {"": "kAuto", "workspace": "kWorkspace"}  # HgemmConfig.splitk -> SplitKPolicy in sm80_cute.cuh
+MMA_M, MMA_N = 16, 16  # per-warp step: one m16n8k16 atom along M, two along N
+MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread beyond which registers spill
+KNOB_SWIZZLES = (4, 8)    # CTA group sizes along the raster dimension (the default 0 walks the whole dimension)
+KNOB_RASTERS = (1, 2)     # consecutive CTAs along M (share B tiles), along N (share A tiles)
+KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none; the default 0 is automatic), where K is the largest
+MAX_SPLIT_CTAS = 1024     # split variants beyond this many CTAs (several waves on any GPU) are not timed
+
+# Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
+SPACE: dict[str, tuple] = {
+    "dtype": tuple(ELEMENT),
+    "layout": ("nn", "nt"),
+    "tile_m": (16, 32, 64, 96, 128, 192, 256),
+    "tile_n": (16, 32, 64, 128, 192, 256),
+    "tile_k": TILE_K,
+    "stages": tuple(STAGES),
+    "cluster_m": (1,),
+    "cluster_n": (1,),
+    "schedule": ("",),
+    "scheduler": ("",),
+    "warps": WARPS,
+    "swap_ab": (False,),
+    "epilogue": ("",),
+    "splitk": tuple(SPLITK_POLICIES),
+}
+# Every value of each runtime knob (0 = default: automatic split-K, whole-dimension swizzle, raster along M).
+KNOB_SPACE: dict[str, tuple] = {
+    "splits": (0, 1, 2, 3, 4, 6, 8, 12, 16, 32),
+    "swizzle": (0, 1, 2, 4, 8, 16),
+    "raster": (0, 1, 2),
+}
+
+
+def warp_grid(cfg: HgemmConfig) -> tuple[int, int]:
+    """Warps along M and N, as in GemmTraits: 2x2 for 4 warps; 2 and 8 warps spread along the longer tile side."""
+    if cfg.warps in (1, 4):
+        return (1, 1) if cfg.warps == 1 else (2, 2)
+    along_n = cfg.tile_n >= cfg.tile_m
+    wm = {2: 1 if along_n else 2, 8: 2 if along_n else 4}[cfg.warps]
+    return wm, cfg.warps // wm
+
+
+def n_atom_width(cfg: HgemmConfig) -> int:
+    """Columns of the swizzled shared-memory atoms along N (64, or the whole 16- or 32-wide tile)."""
+    return min(cfg.tile_n, 64)
+
+
+def smem_bytes(cfg: HgemmConfig) -> int:
+    """Dynamic shared memory: the operand pipeline, the output staging tile or the fp32 partial tile of the cluster
+    split-K reduction, whichever is largest (they share it; GemmTraits::kSmemBytes)."""
+    pipeline = cfg.stages * (cfg.tile_m + cfg.tile_n) * cfg.tile_k * 2
+    epilogue = cfg.tile_m * cfg.tile_n * 2
+    cluster_partial = cfg.tile_m * cfg.tile_n * 4
+    return max(pipeline, epilogue, cluster_partial)
+
+
+def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
+    """Whether `cfg` builds and runs on compute capability `arch` (e.g. 80, 90); pure. Returns (ok, reason)."""
+    if cfg.family != FAMILY:
+        return False, f"family {cfg.family!r} is not {FAMILY}"
+    if arch not in SMEM_LIMIT:
+        return False, f"arch {arch} not one of {sorted(SMEM_LIMIT)}"
+    if cfg.tile_k not in TILE_K:
+        return False, f"tile_k {cfg.tile_k} not in {TILE_K}"
+    if cfg.warps not in WARPS:
+        return False, f"warps {cfg.warps} not in {WARPS}"
+    if cfg.stages not in STAGES:
+        return False, f"stages {cfg.stages} not in 2..6"
+    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab:
+        return False, "clusters, schedules, tile schedulers and swapped operands are sm90_tma_ws parameters"
+    threads = 32 * cfg.warps
+    wm, wn = warp_grid(cfg)
+    if cfg.tile_m % (MMA_M * wm) or cfg.tile_n % (MMA_N * wn):
+        return False, f"tile {cfg.tile_m}x{cfg.tile_n} not divisible by the {wm}x{wn} warp grid of 16x16 MMA steps"
+    if cfg.tile_n % 64 and cfg.tile_n not in (16, 32):
+        return False, f"tile_n {cfg.tile_n} not a multiple of 64, nor 16 or 32 (swizzled smem atoms)"
+    copy_rows_k = threads // (cfg.tile_k // 8)
+    if cfg.tile_m % copy_rows_k:
+        return False, f"tile_m {cfg.tile_m} not divisible by the {copy_rows_k} rows of the A copy"
+    if cfg.layout == "nt" and cfg.tile_n % copy_rows_k:
+        return False, f"tile_n {cfg.tile_n} not divisible by the {copy_rows_k} rows of the K-major B copy"
+    copy_rows_n = threads // (n_atom_width(cfg) // 8)
+    if cfg.layout == "nn" and cfg.tile_k % copy_rows_n:
+        return False, f"tile_k {cfg.tile_k} not divisible by the {copy_rows_n} K rows of the N-major B copy"
+    acc = cfg.tile_m * cfg.tile_n // threads
+    if acc > MAX_ACC_PER_THREAD:
+        return False, f"{acc} fp32 accumulators per thread (> {MAX_ACC_PER_THREAD}) would spill"
+    limit = SMEM_LIMIT[arch]
+    if smem_bytes(cfg) > limit:
+        return False, f"shared memory {smem_bytes(cfg)} B exceeds {limit} B on sm{arch}"
+    for field in ("tile_m", "tile_n", "epilogue", "splitk"):
+        if getattr(cfg, field) not in SPACE[field]:
+            return False, f"{field} {getattr(cfg, field)!r} not in {SPACE[field]}"
+    return True, ""
+
+
+def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
+    """Runtime knob variants the sweep times beyond the defaults (automatic split-K) for an M x N x K problem: every
+    swizzle group x raster order, plus split-K in KNOB_SPLITS parts when K >= max(M, N) (few output tiles for much K
+    work), up to the number of K tiles (the kernel clamps larger values to it) and MAX_SPLIT_CTAS CTAs."""
+    grid = [Knobs(swizzle=group, raster=raster) for group in KNOB_SWIZZLES for raster in KNOB_RASTERS]
+    if k >= max(m, n):
+        tiles = math.ceil(m / cfg.tile_m) * math.ceil(n / cfg.tile_n)
+        grid += [Knobs(splits=splits) for splits in KNOB_SPLITS
+                 if splits <= math.ceil(k / cfg.tile_k) and tiles * splits <= MAX_SPLIT_CTAS]
+    return grid
+
+
+def render(cfg: HgemmConfig) -> str:
+    """The body of `kernels/sm80/<name>.cu`: one CUDAL2_SM80_CUTE_KERNEL instantiation."""
+    macro, policy = ("CUDAL2_SM80_CUTE_KERNEL_SPLITK", f", {SPLITK_POLICIES[cfg.splitk]}") if cfg.splitk else \
+        ("CUDAL2_SM80_CUTE_KERNEL", "")
+    return (
+        '#include "cudal2/sm80_cute.cuh"\n'
+        "\n"
+        f"{macro}({cfg.name}, {ELEMENT[cfg.dtype]}, /*B_N_MAJOR=*/{str(cfg.layout == 'nn').lower()}, "
+        f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.warps}, {cfg.stages}{policy})\n"
+    )
+
+
+# (tile_m, tile_n, tile_k, warps, stages): small, medium, a wide tile for larger N, and a 2-warp 32x64 tile for
+# problems with M or N of 64..512, whose 64x64 tiles leave most SMs idle (4x the CTAs, at 64 threads each).
+DEFAULT_SHAPES = ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 32, 4, 4), (32, 64, 64, 2, 4))
+
+
+def default_configs() -> list[HgemmConfig]:
+    """The always-built set: four tiles for every dtype and layout (16 kernels), all feasible on sm80 and sm90."""
+    return [HgemmConfig(family=FAMILY, dtype=dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk, warps=w, stages=s)
+            for dtype in ("fp16", "bf16") for layout in ("nn", "nt") for tm, tn, tk, w, s in DEFAULT_SHAPES]

@@ -1,0 +1,405 @@
+"""`python -m cudal2_ops.tune`: measure the best choice for each of a list of problems on this GPU, a table kernel or a
+cuBLASLt configuration, and write them as a table the dispatcher loads (by default the user's tuned table, which
+overlays the shipped one).
+
+    python -m cudal2_ops.tune --problems problems.json            # from cudal2_ops.record_problems(...)
+    python -m cudal2_ops.tune --problems p.json --kernels none --out my_table.json
+
+Per problem (random inputs): every candidate cuBLASLt's heuristic offers (up to 100) and the candidate kernels are
+timed by CUDA-graph replay with programmatic dependent launch off, the fastest few re-timed; the fastest cuBLASLt
+configuration that passes an fp32-reference check is recorded, and a kernel is chosen instead only where it beats that
+configuration by the margin and passes the same check. Everything runs through the dispatcher's own cuBLASLt handle and
+workspace, so the table replays what was timed.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+PROBLEMS_FORMAT = "cudal2-problems-1"
+DEFAULT_MARGIN = 0.03   # a kernel must beat the best cuBLASLt configuration by 3% (the tables' margin)
+RETIME_TOP = 3          # the fastest configurations timed again, longer, before one is chosen
+REL_TOL = {"fp16": 1e-3, "bf16": 8e-3}
+LAYOUTS, DTYPES = ("nn", "nt"), ("fp16", "bf16")
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One GEMM problem as the table keys it: D[M, N] = A[M, K] @ B, B [K, N] ("nn") or [N, K] ("nt")."""
+
+    layout: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS or self.dtype not in DTYPES:
+            raise ValueError(f"problem {self}: layout must be one of {LAYOUTS} and dtype one of {DTYPES}")
+        if min(self.m, self.n, self.k) < 1:
+            raise ValueError(f"problem {self}: M, N and K must be >= 1")
+
+    @property
+    def key(self) -> str:
+        return f"{self.layout}_{self.dtype}_{self.m}_{self.n}_{self.k}"
+
+
+def read_problems(path: Path) -> list[Problem]:
+    """The problems of a file written by `write_problems` (or `record_problems`)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable problems file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != PROBLEMS_FORMAT:
+        raise ValueError(f"{path}: not a problems file (expected format {PROBLEMS_FORMAT!r})")
+    problems = []
+    for i, row in enumerate(data.get("problems", [])):
+        if (not isinstance(row, list) or len(row) != 5 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                                    for v in row[2:])):
+            raise ValueError(f"{path}: problem {i} must be [layout, dtype, M, N, K] with integer sizes, got {row!r}")
+        problems.append(Problem(*row))
+    return problems
+
+
+def write_problems(path: Path, problems: Iterable[Problem]) -> list[Problem]:
+    """Writes `problems` merged with those already in `path` (sorted, no duplicates); returns the merged list."""
+    path = Path(path)
+    merged = set(problems) | (set(read_problems(path)) if path.exists() else set())
+    rows = sorted(merged)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"format": PROBLEMS_FORMAT, "problems": [[p.layout, p.dtype, p.m, p.n, p.k]
+                                                                       for p in rows]}, indent=0))
+    tmp.replace(path)
+    return rows
+
+
+def graph_time_us(fn: Callable[[], object], target_us: float = 200.0, replays: int = 5) -> float:
+    """Median GPU time per call of `fn` (us): calls captured back to back in a CUDA graph (as many as take about
+    `target_us`), the graph replayed `replays` times and each replay timed with CUDA events."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm-up, outside the capture
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        calls = max(1, min(100, int(target_us / max(start.elapsed_time(stop) * 1e3, 1.0))))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(calls):
+                fn()
+        graph.replay()  # first replay uploads the graph
+        times = []
+        for _ in range(replays):
+            start.record()
+            graph.replay()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) * 1e3 / calls)
+    torch.cuda.current_stream().wait_stream(stream)
+    return statistics.median(times)
+
+
+@dataclass
+class Timed:
+    """One timed candidate: what it is (a cuBLASLt configuration or a kernel with knobs) and its time (us)."""
+
+    us: float
+    config: list[int] | None = None
+    kernel: str | None = None
+    knobs: tuple[int, int, int] = (0, 0, 0)
+
+
+def fastest(candidates: list[Timed], run: Callable[[Timed], object], retime: int = RETIME_TOP) -> list[Timed]:
+    """`candidates` (each timed once already) with the fastest `retime` timed again for longer, fastest first."""
+    ranked = sorted(candidates, key=lambda c: c.us)
+    for c in ranked[:retime]:
+        c.us = graph_time_us(lambda c=c: run(c), target_us=1000.0, replays=7)
+    return sorted(ranked[:retime], key=lambda c: c.us) + ranked[retime:]
+
+
+def time_configs(configs: list[list[int]], run_config: Callable[[list[int]], object]) -> list[Timed]:
+    """Each configuration timed once (those that fail to run are left out)."""
+    timed = []
+    for config in configs:
+        try:
+            timed.append(Timed(graph_time_us(lambda config=config: run_config(config)), config=config))
+        except RuntimeError:
+            continue
+    return timed
+
+
+@dataclass
+class ProblemRun:
+    """Random inputs of one problem, the fp32 reference (computed on first use) and the candidates' runners."""
+
+    problem: Problem
+    a: object
+    b: object
+    out: object
+    _ref: object = None
+
+    @classmethod
+    def make(cls, problem: Problem, seed: int = 0) -> "ProblemRun":
+        import torch
+
+        dtype = torch.float16 if problem.dtype == "fp16" else torch.bfloat16
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        m, n, k = problem.m, problem.n, problem.k
+        a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+        b = torch.randn(*((n, k) if problem.layout == "nt" else (k, n)), device="cuda", dtype=dtype, generator=gen)
+        return cls(problem, a, b, torch.empty(m, n, device="cuda", dtype=dtype))
+
+    def correct(self, run: Callable[[], object]) -> bool:
+        """Whether `run` writes an output within the dtype's tolerance of the fp32 reference (NaN-poisoned first)."""
+        import torch
+
+        if self._ref is None:
+            b = self.b.float().t() if self.problem.layout == "nt" else self.b.float()
+            self._ref = self.a.float() @ b
+        self.out.fill_(float("nan"))
+        run()
+        err = ((self.out.float() - self._ref).norm() / self._ref.norm().clamp_min(1e-30)).item()
+        return math.isfinite(err) and err <= REL_TOL[self.problem.dtype]
+
+    def run_config(self, config: list[int]) -> None:
+        from cudal2_ops._extension import _C
+
+        _C.tuning.run_lt_config(self.a, self.b, None, self.out, self.problem.layout, config)
+
+    def run_kernel(self, name: str, knobs: tuple[int, int, int]) -> None:
+        from cudal2_ops._extension import _C
+
+        _C.tuning.run_kernel(name, self.a, self.b, None, self.out, self.problem.layout, *knobs)
+
+
+def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None) -> list[tuple[str, tuple[int, int, int]]]:
+    """Kernels to time for `problem`: none; the base table's kernel for it ("table"); or every loaded kernel of the
+    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all")."""
+    import torch
+
+    from cudal2_ops._extension import _C
+
+    found = []
+    if base_entry and base_entry.get("kernel") and mode in ("table", "all"):
+        found.append((base_entry["kernel"], (int(base_entry.get("splits", 0)), int(base_entry.get("swizzle", 0)),
+                                             int(base_entry.get("raster", 0)))))
+    if mode == "all":
+        major, minor = torch.cuda.get_device_capability()
+        cc = 10 * major + minor
+        for name in sorted(_C.kernel_names()):
+            info = _C.kernel_info(name)
+            if (info["layout"] == problem.layout and info["dtype"] == problem.dtype
+                    and info["sm_min"] <= cc <= info["sm_max"] and (name, (0, 0, 0)) not in found):
+                found.append((name, (0, 0, 0)))
+    return found
+
+
+def tune_problem(problem: Problem, kernels: list[tuple[str, tuple[int, int, int]]], margin: float) -> dict:
+    """The table entry of one problem (see the module docstring); {} when cuBLASLt has nothing that runs it."""
+    from cudal2_ops import tables
+    from cudal2_ops._extension import _C
+
+    run = ProblemRun.make(problem)
+    configs = _C.tuning.lt_candidates(run.a, run.b, run.out, problem.layout)
+    timed = time_configs(configs, run.run_config)
+    if not timed:
+        return {}
+    heuristic_us = next((t.us for t in timed if t.config == configs[0]), None)
+    ranked = fastest(timed, lambda c: run.run_config(c.config))
+    best = next((c for c in ranked if run.correct(lambda c=c: run.run_config(c.config))), None)
+    if best is None:
+        return {}
+    entry = {"cublaslt": dict(zip(tables.LT_CONFIG_FIELDS, best.config)), "cublaslt_us": round(best.us, 3),
+             "baseline": "cublaslt-autotune", "baseline_us": round(best.us, 3), "provenance": "tune"}
+    if heuristic_us is not None:
+        entry["cublaslt_heuristic_us"] = round(heuristic_us, 3)
+    kernel_runs = []
+    for name, knobs in kernels:
+        try:
+            us = graph_time_us(lambda: run.run_kernel(name, knobs))
+        except RuntimeError:
+            continue  # the kernel declines this problem
+        kernel_runs.append(Timed(us, kernel=name, knobs=knobs))
+    if kernel_runs:
+        ranked_kernels = fastest(kernel_runs, lambda c: run.run_kernel(c.kernel, c.knobs))
+        win = next((c for c in ranked_kernels if c.us * (1 + margin) <= best.us
+                    and run.correct(lambda c=c: run.run_kernel(c.kernel, c.knobs))), None)
+        if win is not None:
+            entry.update(kernel=win.kernel, splits=win.knobs[0], swizzle=win.knobs[1], raster=win.knobs[2],
+                         kernel_us=round(win.us, 3), speedup=round(best.us / win.us, 4))
+    return entry
+
+
+@dataclass
+class Summary:
+    """What a tuning run changed, for the closing report."""
+
+    tuned: int = 0
+    unsupported: list[str] = field(default_factory=list)
+    kernels: int = 0
+    new: int = 0
+    changed: int = 0
+    over_heuristic: list[float] = field(default_factory=list)  # heuristic time / chosen time per problem
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        geo = math.exp(statistics.fmean(math.log(r) for r in self.over_heuristic)) if self.over_heuristic else None
+        return [f"tuned {self.tuned} problems in {self.seconds:.0f} s: {self.kernels} choose a cudal2 kernel, "
+                f"{self.tuned - self.kernels} a cuBLASLt configuration",
+                f"{self.new} new entries, {self.changed} changed choices, {len(self.unsupported)} without any runnable "
+                f"cuBLASLt algorithm" + (f" (e.g. {self.unsupported[0]})" if self.unsupported else ""),
+                "chosen vs cuBLASLt's heuristic choice: " + (f"geomean {geo:.3f}x, worst {min(self.over_heuristic):.3f}x, "
+                                                             f"best {max(self.over_heuristic):.3f}x" if geo else "n/a")]
+
+
+def choice_of(entry: dict) -> tuple:
+    """What an entry runs (for 'changed' counts): the kernel with its knobs, else the cuBLASLt configuration."""
+    if entry.get("kernel"):
+        return ("kernel", entry["kernel"], entry.get("splits", 0), entry.get("swizzle", 0), entry.get("raster", 0))
+    return ("cublaslt", tuple(sorted((entry.get("cublaslt") or {}).items())))
+
+
+def tune(problems: list[Problem], base_entries: dict, kernels_mode: str = "table", margin: float = DEFAULT_MARGIN,
+         progress: bool = True) -> tuple[dict, Summary]:
+    """Tunes `problems` (see the module docstring); returns their entries and a summary against `base_entries`."""
+    from cudal2_ops._extension import _C
+
+    if _C is None:
+        raise RuntimeError("cudal2_ops: the compiled extension is not loaded; tuning needs it and a CUDA GPU")
+    os.environ["CUDAL2_DISABLE_PDL"] = "1"  # read once, at the first kernel launch: rewards without PDL overlap
+    summary, entries, t0 = Summary(), {}, time.perf_counter()
+    for problem in _progress(problems, progress):
+        entry = tune_problem(problem, kernel_candidates(problem, kernels_mode, base_entries.get(problem.key)), margin)
+        if not entry:
+            summary.unsupported.append(problem.key)
+            continue
+        entries[problem.key] = entry
+        summary.tuned += 1
+        summary.kernels += bool(entry.get("kernel"))
+        old = base_entries.get(problem.key)
+        summary.new += old is None
+        summary.changed += old is not None and choice_of(old) != choice_of(entry)
+        chosen = entry.get("kernel_us", entry["cublaslt_us"])
+        if entry.get("cublaslt_heuristic_us"):
+            summary.over_heuristic.append(entry["cublaslt_heuristic_us"] / chosen)
+    summary.seconds = time.perf_counter() - t0
+    return entries, summary
+
+
+def _progress(items: list, enabled: bool):
+    """tqdm's bar when installed and wanted, else the items with a line every 10%."""
+    if not enabled:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _plain_progress(items)
+    return tqdm(items, desc="tuning", unit="problem", file=sys.stderr)
+
+
+def _plain_progress(items: list):
+    step = max(1, len(items) // 10)
+    for i, item in enumerate(items):
+        if i % step == 0:
+            print(f"tuning: {i}/{len(items)}", file=sys.stderr, flush=True)
+        yield item
+
+
+def table_header(device: int, base_header: dict | None) -> dict:
+    """The header of a tuned table for `device`: what the loader validates plus how it was measured."""
+    import torch
+
+    from cudal2_ops import __version__, tables
+    from cudal2_ops._extension import _C
+
+    facts = tables.DeviceFacts.of(device)
+    header = dict(base_header or {})
+    header.update({
+        "schema_version": tables.SCHEMA_VERSION, "gpu_name": facts.gpu_name, "sm_count": facts.sm_count,
+        "capability": list(facts.capability), "cuda": facts.cuda, "cublaslt_version": int(_C.cublaslt_version()),
+        "package_version": __version__, "torch": torch.__version__,
+        "tuned": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "timing_protocol": "kernel mode: CUDA-graph replay of back-to-back calls (about 0.2 ms per replay, the "
+                           f"fastest {RETIME_TOP} re-timed at about 1 ms), median of 5-7 replays, CUDA events; "
+                           "PDL off; warm L2; random inputs; fp32-reference check of the choice"})
+    header.setdefault("rules", {"nearest_m_up": False})
+    return header
+
+
+def merge_into(path: Path, device: int, entries: dict, base: dict | None) -> dict:
+    """Writes `entries` over `base` (a table dict, or None) to `path` atomically; returns the written table."""
+    header = table_header(device, (base or {}).get("header"))
+    data = {"header": header, "entries": {**(base or {}).get("entries", {}), **entries}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cudal2_ops.tune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--problems", type=Path, action="append", required=True,
+                        help="problems file (cudal2_ops.record_problems writes one); may repeat")
+    parser.add_argument("--out", type=Path, help="table to write (default: the user's tuned table for this GPU, "
+                        "which the dispatcher overlays on the shipped one)")
+    parser.add_argument("--base", type=Path, help="table whose entries are kept for problems not tuned here "
+                        "(default: --out when it exists)")
+    parser.add_argument("--kernels", choices=["table", "all", "none"], default="all",
+                        help="kernels timed beside cuBLASLt: the loaded table's kernel for the problem, every loaded "
+                        "kernel of its layout and dtype (default), or none")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                        help="a kernel must beat the best cuBLASLt configuration by this fraction (default 0.03)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if not 0 <= args.margin < 1:
+        parser.error(f"--margin must be in [0, 1), got {args.margin}")
+    import torch
+
+    import cudal2_ops
+    from cudal2_ops import tables
+
+    if not torch.cuda.is_available() or not cudal2_ops.is_compiled():
+        print("python -m cudal2_ops.tune: needs a CUDA GPU and the compiled extension "
+              f"(GPU visible: {torch.cuda.is_available()}, extension loaded: {cudal2_ops.is_compiled()})",
+              file=sys.stderr)
+        return 2
+    try:
+        problems = sorted({p for f in args.problems for p in read_problems(f)})
+    except ValueError as exc:
+        print(f"python -m cudal2_ops.tune: {exc}", file=sys.stderr)
+        return 2
+    device = torch.cuda.current_device()
+    facts = tables.DeviceFacts.of(device)
+    out = args.out or tables.tuned_table_file(facts)
+    base_path = args.base or (out if out.exists() else None)
+    base = json.loads(base_path.read_text()) if base_path else None
+    loaded = tables.load_table_for(facts)  # the kernels the dispatcher would run now ("table" candidates)
+    known = {**(loaded.entries if loaded else {}), **((base or {}).get("entries", {}))}
+    entries, summary = tune(problems, known, args.kernels, args.margin, progress=not args.no_progress)
+    merge_into(out, device, entries, base)
+    for line in summary.lines():
+        print(line)
+    print(f"wrote {out} ({len(entries)} tuned entries); the dispatcher loads it in new processes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

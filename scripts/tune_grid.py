@@ -1,0 +1,73 @@
+"""Regenerates a GPU's shipped measured choices: tunes every problem of the reference grids (G1000 and the LLM
+projection shapes, M = 1 ... 16384) in the given layouts and dtypes with `cudal2_ops.tune` (every cuBLASLt heuristic
+candidate and the table's kernel for the problem, PDL off) and writes the table plus a results file.
+
+    python scripts/tune_grid.py --shapes g1000,llm --layouts nn,nt --dtypes fp16,bf16 \\
+        --base kernels/sm90/nvidia_h100_80gb_hbm3.json --out OUT/nvidia_h100_80gb_hbm3.json --results OUT/tune.json
+
+The table keeps the base table's entries for problems not tuned here. The results file holds the environment, the
+time each (shape set, layout, dtype) took and the summary of what changed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from cudal2_ops import tune
+from cudal2_testing.measure import env, shapes
+
+
+def problems_of(shape_set: str, layout: str, dtype: str, sample: int | None, seed: int) -> list[tune.Problem]:
+    """The problems of one shape set in one layout and dtype."""
+    return [tune.Problem(layout, dtype, m, n, k) for m, n, k in shapes.load(shape_set, sample, seed)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="g1000,llm", help="comma-separated shape sets (g1000, llm)")
+    parser.add_argument("--layouts", default="nn,nt")
+    parser.add_argument("--dtypes", default="fp16,bf16")
+    parser.add_argument("--sample", type=int, help="a stratified sample of this many shapes per set (quick runs)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--base", type=Path, required=True, help="the table whose kernels are candidates and whose "
+                        "entries are kept for problems not tuned here (the committed table of this GPU)")
+    parser.add_argument("--out", type=Path, required=True, help="the table to write")
+    parser.add_argument("--results", type=Path, required=True, help="the results file to write")
+    parser.add_argument("--margin", type=float, default=tune.DEFAULT_MARGIN)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tune_grid: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    base = json.loads(args.base.read_text()) if args.base.exists() else None
+    base_entries = (base or {}).get("entries", {})
+    runs, entries = [], {}
+    for shape_set in args.shapes.split(","):
+        for dtype in args.dtypes.split(","):
+            for layout in args.layouts.split(","):
+                problems = problems_of(shape_set, layout, dtype, args.sample, args.seed)
+                t0 = time.perf_counter()
+                tuned, summary = tune.tune(problems, base_entries, "table", args.margin, progress=False)
+                entries.update(tuned)
+                runs.append({"shapes": shapes.set_label(shape_set, args.sample), "layout": layout, "dtype": dtype,
+                             "problems": len(problems), "seconds": round(time.perf_counter() - t0, 1),
+                             "summary": summary.lines(), "unsupported": summary.unsupported})
+                print(f"[{shape_set} {layout} {dtype}] " + " | ".join(summary.lines()), flush=True)
+    table = tune.merge_into(args.out, torch.cuda.current_device(), entries, base)
+    table["header"]["search_run"] = f"tune-{table['header']['tuned']}"
+    tune.merge_into(args.out, torch.cuda.current_device(), {}, table)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps({"environment": dict(env.header(sys.argv[1:]), command=" ".join(["python", *sys.argv])), "margin": args.margin, "runs": runs,
+                                        "seconds": round(sum(r["seconds"] for r in runs), 1),
+                                        "entries": entries}, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.out} and {args.results}: {len(entries)} problems in "
+          f"{sum(r['seconds'] for r in runs):.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Measured choices on the GPU: cuBLASLt configurations as table entries (checked on first use, a bad one falls back
+with one warning), the baseline cuBLASLt instance kept apart from the dispatcher, and record -> tune -> rerun on a small
+Llama-shaped model in eager mode, under torch.compile and inside CUDA-graph capture."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import cudal2_ops
+from cudal2_ops import tables, tune
+from cudal2_ops._extension import _C
+
+pytestmark = pytest.mark.skipif(not cudal2_ops.is_available(), reason="compiled extension not built")
+
+
+def run_python(code: str, env: dict) -> dict:
+    """Runs `code` in a fresh process (tables load once per process) and returns the JSON it prints last."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def header() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    return {"schema_version": 1, "gpu_name": props.name, "sm_count": props.multi_processor_count,
+            "cuda": torch.version.cuda, "cublaslt_version": int(_C.cublaslt_version())}
+
+
+@pytest.mark.parametrize("layout,dtype", [("nt", "fp16"), ("nn", "bf16")])
+def test_every_heuristic_candidate_runs_from_its_configuration(layout, dtype):
+    run = tune.ProblemRun.make(tune.Problem(layout, dtype, 96, 320, 200))
+    configs = _C.tuning.lt_candidates(run.a, run.b, run.out, layout)
+    assert configs and all(len(c) == len(tables.LT_CONFIG_FIELDS) for c in configs)
+    for config in configs:
+        assert run.correct(lambda config=config: run.run_config(config)), config
+
+
+def test_an_unknown_configuration_is_refused_with_its_reason():
+    run = tune.ProblemRun.make(tune.Problem("nt", "fp16", 64, 64, 64))
+    with pytest.raises(RuntimeError, match="cuBLASLt"):
+        run.run_config([987654, 0, 0, 1, 0, 0, 0, 0, 0])
+
+
+def test_a_table_configuration_runs_and_a_bad_one_falls_back_with_one_warning(tmp_path):
+    run = tune.ProblemRun.make(tune.Problem("nt", "fp16", 200, 384, 512))
+    configs = _C.tuning.lt_candidates(run.a, run.b, run.out, "nt")
+    good = dict(zip(tables.LT_CONFIG_FIELDS, configs[-1]))
+    bad = dict(good, algo_id=987654)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"header": header(), "entries": {
+        "nt_fp16_200_384_512": {"cublaslt": good}, "nt_fp16_100_384_512": {"cublaslt": bad}}}))
+    out = run_python("""
+        import json, warnings, torch, cudal2_ops
+        w = torch.randn(384, 512, device="cuda", dtype=torch.float16)
+        res = {}
+        for m in (200, 100):
+            x = torch.randn(m, 512, device="cuda", dtype=torch.float16)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                y1 = cudal2_ops.linear(x, w)
+                y2 = cudal2_ops.linear(x, w)
+            ref = x.float() @ w.float().t()
+            res[m] = {"explain": cudal2_ops.explain(x, w, layout="nt"),
+                      "err": max(((y.float() - ref).norm() / ref.norm()).item() for y in (y1, y2)),
+                      "warnings": [str(c.message) for c in caught if "cuBLASLt configuration" in str(c.message)]}
+        print(json.dumps(res))
+    """, {"CUDAL2_TABLE": str(path), "CUDAL2_TUNED_TABLE": str(tmp_path / "none.json")})
+    hit, miss = out["200"], out["100"]
+    assert hit["explain"]["cublaslt_policy"] == "table" and hit["err"] <= 1e-3 and not hit["warnings"]
+    assert f"algo_id={good['algo_id']}" in hit["explain"]["cublaslt_config"]
+    assert miss["explain"]["cublaslt_policy"] == "heuristic" and miss["err"] <= 1e-3
+    assert len(miss["warnings"]) == 1 and "nt_fp16_100_384_512" in miss["warnings"][0]
+
+
+def test_the_baseline_instance_does_not_tune_the_dispatcher():
+    x = torch.randn(72, 136, device="cuda", dtype=torch.float16)
+    w = torch.randn(264, 136, device="cuda", dtype=torch.float16)
+    out = torch.empty(72, 264, device="cuda", dtype=torch.float16)
+    _C.testing.cublaslt_matmul(x, w, None, out, "nt", "autotune")
+    assert cudal2_ops.explain(x, w, layout="nt")["cublaslt_policy"] in ("heuristic", "table")
+
+
+MODEL = """
+    import json, torch, cudal2_ops
+    from torch import nn
+
+    class Block(nn.Module):  # Llama-shaped projections at a small width
+        def __init__(self, d=256, ff=704, kv=64):
+            super().__init__()
+            self.q, self.k, self.v, self.o = nn.Linear(d, d, bias=False), nn.Linear(d, kv, bias=False), \\
+                nn.Linear(d, kv, bias=False), nn.Linear(d, d, bias=False)
+            self.gate, self.up, self.down = nn.Linear(d, ff, bias=False), nn.Linear(d, ff, bias=False), \\
+                nn.Linear(ff, d, bias=False)
+
+        def forward(self, x):
+            x = x + self.o(self.q(x) + torch.nn.functional.pad(self.k(x) * self.v(x), (0, 192)))
+            return x + self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
+
+    torch.manual_seed(0)
+    model = Block().cuda().half()
+    cudal2_ops.patch_linear(model)
+"""
+
+
+def test_record_tune_rerun_dispatches_every_recorded_problem_to_its_tuned_choice(tmp_path):
+    problems_file, table_file = tmp_path / "problems.json", tmp_path / "tuned.json"
+    recorded = run_python(MODEL + f"""
+    with cudal2_ops.record_problems({str(problems_file)!r}) as eager:
+        model(torch.randn(5, 256, device="cuda", dtype=torch.float16))
+    compiled = torch.compile(model, fullgraph=True)
+    with cudal2_ops.record_problems({str(problems_file)!r}) as comp:
+        compiled(torch.randn(24, 256, device="cuda", dtype=torch.float16))
+    static = torch.randn(3, 256, device="cuda", dtype=torch.float16)
+    model(static); torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with cudal2_ops.record_problems({str(problems_file)!r}) as cap:
+        with torch.cuda.graph(graph):
+            model(static)
+    graph.replay(); torch.cuda.synchronize()
+    print(json.dumps([[p.m for p in r.problems] for r in (eager, comp, cap)]))
+    """, {"CUDAL2_TUNED_TABLE": str(table_file)})
+    assert [sorted(set(ms)) for ms in recorded] == [[5], [24], [3]]
+    assert all(len(ms) == 4 for ms in recorded)  # (N, K): q/o (256, 256), k/v (64, 256), gate/up (704, 256), down
+    problems = tune.read_problems(problems_file)
+    assert len(problems) == 12
+    proc = subprocess.run([sys.executable, "-m", "cudal2_ops.tune", "--problems", str(problems_file), "--out",
+                           str(table_file), "--no-progress"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "tuned 12 problems" in proc.stdout
+    entries = json.loads(table_file.read_text())["entries"]
+    assert set(entries) == {p.key for p in problems}
+    rerun = run_python(MODEL + f"""
+    from cudal2_ops import tune
+    res = {{}}
+    for p in tune.read_problems({str(problems_file)!r}):
+        x = torch.randn(p.m, p.k, device="cuda", dtype=torch.float16)
+        w = torch.randn(p.n, p.k, device="cuda", dtype=torch.float16)
+        res[p.key] = cudal2_ops.explain(x, w, layout="nt")
+    print(json.dumps(res))
+    """, {"CUDAL2_TUNED_TABLE": str(table_file)})
+    for key, entry in entries.items():
+        info = rerun[key]
+        if entry.get("kernel"):
+            assert info["path"] == "kernel" and info["kernel"] == entry["kernel"], (key, info)
+        else:
+            assert info["cublaslt_policy"] == "table", (key, info)
+            assert f"algo_id={entry['cublaslt']['algo_id']} " in info["cublaslt_config"], (key, info)

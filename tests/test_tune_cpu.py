@@ -1,0 +1,68 @@
+"""The tuner's CPU parts: problems and problems files, the run summary, the CLI without a GPU."""
+
+import pytest
+
+from cudal2_ops import tune
+from cudal2_ops.tune import Problem
+
+
+def test_problem_key_and_validation():
+    assert Problem("nt", "bf16", 1, 4096, 14336).key == "nt_bf16_1_4096_14336"
+    for bad in (("tn", "fp16", 1, 1, 1), ("nn", "fp32", 1, 1, 1), ("nn", "fp16", 0, 1, 1)):
+        with pytest.raises(ValueError):
+            Problem(*bad)
+
+
+def test_problems_file_merges_and_sorts(tmp_path):
+    path = tmp_path / "sub" / "p.json"
+    tune.write_problems(path, [Problem("nt", "fp16", 8, 64, 64)])
+    merged = tune.write_problems(path, [Problem("nn", "fp16", 1, 2, 3), Problem("nt", "fp16", 8, 64, 64)])
+    assert merged == [Problem("nn", "fp16", 1, 2, 3), Problem("nt", "fp16", 8, 64, 64)]
+    assert tune.read_problems(path) == merged
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("{not json", "not a readable problems file"),
+    ('[["nt", "fp16", 1, 2, 3]]', "not a problems file"),
+    ('{"format": "cudal2-problems-1", "problems": [["nt", "fp16", 1.5, 2, 3]]}', "problem 0"),
+    ('{"format": "cudal2-problems-1", "problems": [["nt", "fp16", true, 2, 3]]}', "problem 0"),
+    ('{"format": "cudal2-problems-1", "problems": [["nt", "fp16", 1, 2]]}', "problem 0"),
+    ('{"format": "cudal2-problems-1", "problems": [["xx", "fp16", 1, 2, 3]]}', "layout must be"),
+])
+def test_bad_problems_files_are_named_errors(tmp_path, text, needle):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=needle):
+        tune.read_problems(path)
+
+
+def test_choice_of_tells_kernels_and_configurations_apart():
+    lt = {"cublaslt": {"algo_id": 1, "tile": 2}}
+    assert tune.choice_of(lt) == tune.choice_of({"cublaslt": {"tile": 2, "algo_id": 1}})
+    assert tune.choice_of(lt) != tune.choice_of({**lt, "kernel": "k"})
+    assert tune.choice_of({"kernel": "k", "splits": 2}) != tune.choice_of({"kernel": "k", "splits": 4})
+
+
+def test_summary_reports_what_changed():
+    s = tune.Summary(tuned=3, kernels=1, new=2, changed=1, over_heuristic=[1.0, 1.21, 1.0], seconds=4,
+                     unsupported=["nn_fp16_1_1_1"])
+    text = "\n".join(s.lines())
+    assert "tuned 3 problems" in text and "1 choose a cudal2 kernel, 2 a cuBLASLt configuration" in text
+    assert "2 new entries, 1 changed choices, 1 without" in text and "geomean 1.066x" in text
+
+
+def test_cli_without_a_gpu_says_so(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    path = tmp_path / "p.json"
+    tune.write_problems(path, [Problem("nt", "fp16", 8, 64, 64)])
+    assert tune.main(["--problems", str(path)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_cli_rejects_a_bad_margin(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        tune.main(["--problems", str(tmp_path / "p.json"), "--margin", "-1"])
+    assert exc.value.code == 2
