@@ -2,7 +2,7 @@
 
 offline mode (docs/EVALUATION.md): host perf_counter around one call with a device synchronize before and after,
 fresh inputs written outside the timed region, implementations interleaved in shuffled order. Also: host time to
-issue a call (no synchronize; median over a loop), and the C++ decision alone (`_C.time_linear_stages`: routing,
+issue a call (no synchronize; median over a loop), and the C++ decision alone (`_C.testing.time_linear_stages`: routing,
 table lookup, cuBLASLt plan lookup), in nanoseconds.
 
 Entry points: the issue time of one decode-shaped linear (x [1, 4096], weight [4096, 4096], fp16) through every way
@@ -10,7 +10,7 @@ a model reaches it, patched and not: the host cost that bounds an eager or compi
 Routes: per route (the dispatcher's table kernel, and cuBLASLt with table kernels switched off), the issue time of
 cudal2_ops.linear / matmul against F.linear / torch.matmul on the same problem, and where it goes: the Python wrapper,
 the binding entry (pybind), and in C++ the direct-call check, routing, the decision, the output allocation and the
-launch (`_C.time_linear_stages`; the launch is the C++ call less the other stages).
+launch (`_C.testing.time_linear_stages`; the launch is the C++ call less the other stages).
 
     python -m benchmarks.api_latency --out benchmarks/results/<gpu_slug>/api_latency.json
 """
@@ -114,7 +114,7 @@ def entry_points(shape: tuple[int, int, int] = ENTRY_SHAPE) -> dict:
 
 def dispatch_ns(x: torch.Tensor, weight: torch.Tensor) -> float:
     """Host ns of the C++ decision of one call (routing, table lookup or cuBLASLt plan, workspace)."""
-    stages = _C.time_linear_stages(x, weight, 100)
+    stages = _C.testing.time_linear_stages(x, weight, 100)
     return stages["route"] + stages["decide"]
 
 
@@ -124,7 +124,7 @@ def linear_stages_us(x: torch.Tensor, weight: torch.Tensor, batches: int = 20, p
     samples: dict[str, list[float]] = {}
     for _ in range(batches):
         torch.cuda.synchronize()
-        for stage, ns in _C.time_linear_stages(x, weight, per_batch).items():
+        for stage, ns in _C.testing.time_linear_stages(x, weight, per_batch).items():
             samples.setdefault(stage, []).append(ns / 1e3)
     torch.cuda.synchronize()
     return {stage: statistics.median(values) for stage, values in samples.items()}

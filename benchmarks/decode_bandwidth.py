@@ -1,17 +1,18 @@
 """The decode family's share of HBM bandwidth on LLM decode shapes (M <= 64), with cold weights.
 
-Problems: the LLM shapes (cudal2_testing/measure/shapes.py) with M <= 64 in the NT layout (nn.Linear weight [N, K]), per dtype.
+Problems: the LLM shapes (cudal2_testing/measure/shapes.py) with M <= 64 in the NT layout (nn.Linear weight [N, K]),
+per dtype.
 Peak: a 2 GiB device-to-device copy in the same run, (read + write bytes) / best of 20 CUDA-event times (eager: in a
 CUDA graph the copy runs on the copy engines, which are slower); every % is of that measured figure, and a
 read-mostly GEMM can exceed it slightly. Cold weights: each problem rotates over input sets (activation, weight,
 output) totalling more than 4x the L2, so no call finds its weight in L2; bytes per call = (M*K + N*K + M*N) * 2.
-Candidates: cuBLASLt with its top heuristic algorithm and autotuned (`_C.cublaslt_matmul`; autotune tunes on the
+Candidates: cuBLASLt with its top heuristic algorithm and autotuned (`_C.testing.cublaslt_matmul`; autotune tunes on the
 first call), and every loaded decode kernel of the dtype and layout at splits 0 (the kernel's own choice), 1, 2, 4,
 8 and 16 (values the kernel rejects are skipped). Each candidate first runs once on set 0 with a NaN-poisoned output
 against the fp32 reference (relative Frobenius error <= 1e-3 fp16 / 8e-3 bf16); an incorrect one is recorded and not
-timed. Timing is kernel mode (cudal2_testing/measure/timing.py: CUDA-graph replay of R calls rotating over the sets, median per
-call). Shapes are visited in an order whose every prefix is spread over the list, so a run cut by `--budget-s`
-(recorded as `complete: false`) still samples every size.
+timed. Timing is kernel mode (cudal2_testing/measure/timing.py: CUDA-graph replay of R calls rotating over the sets,
+median per call). Shapes are visited in an order whose every prefix is spread over the list, so a run cut by
+`--budget-s` (recorded as `complete: false`) still samples every size.
 
     python -m benchmarks.decode_bandwidth --out OUT/decode_bandwidth.json [--dtypes fp16,bf16] [--max-shapes 20]
         [--budget-s 150] [--min-nk 16777216] [--kernels 'decode_*_8x*']     # also writes OUT/decode_bandwidth.md
@@ -236,7 +237,7 @@ def measure(call, sets: list[tuple], ref: torch.Tensor, tol: float, nbytes: int,
 
 def lt_call(sets: list[tuple], policy: str):
     """call(i): cuBLASLt with `policy` on set i."""
-    return lambda i: _C.cublaslt_matmul(sets[i][0], sets[i][1], None, sets[i][2], LAYOUT, policy)
+    return lambda i: _C.testing.cublaslt_matmul(sets[i][0], sets[i][1], None, sets[i][2], LAYOUT, policy)
 
 
 def kernel_call(sets: list[tuple], name: str, splits: int):

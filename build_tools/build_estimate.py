@@ -18,15 +18,19 @@ import threading
 #                persistent 52.3 s, ..._fp16_nt_128x128x64_s0_c1x1_coop_streamk 51.3 s (9.0a)
 # Check against a whole build: 16 decode, 17 sm80_cute and 28 sm90_tma_ws kernels for 8.0;9.0a (the sm80 folder's
 # kernels twice) with 2 jobs: (32 * 3 + 34 * 26 + 28 * 50) / 2 = 1190 s predicted; the first scripts/main.sh on a clean
-# clone at 25406cc (2 cores, no GPU) took 19 min 32 s (1172 s) for that build (issue 24).
+# clone at 25406cc (2 cores, no GPU) took 19 min 32 s (1172 s) for that build (issue 24). On an H100 host (16 cores,
+# 16 jobs) the 61 kernels for 9.0a took 2 min 57 s against 1 min 58 s predicted (16 compiles at once run slower each);
+# the running correction said 1 min 26 s left at the first finished kernel, when 1 min 54 s were.
 FAMILY_SECONDS = {"decode": 3.0, "sm80_cute": 26.0, "sm90_tma_ws": 50.0}
 # A kernel of no family above (e.g. one the search wrote): counted as the slowest family.
 UNKNOWN_FAMILY_SECONDS = max(FAMILY_SECONDS.values())
 
-# The binding (cudal2_ops._C: every csrc/*.cpp with torch's headers, then the link) from scratch with MAX_JOBS=2 on
-# the same 2-core machine: MEASURED_BINDING_SECONDS for MEASURED_BINDING_SOURCES sources (see the constants).
-MEASURED_BINDING_SOURCES = 15
-MEASURED_BINDING_SECONDS = 74.0
+# The binding (cudal2_ops._C: every csrc/*.cpp with torch's headers, then the link) from scratch, 11 sources at
+# 25406cc, on an H100 host (torch 2.11, g++ 13): 1 min 22 s with MAX_JOBS=2 on 2 cores (taskset), 57 s with 16 jobs
+# on 16 cores, so about 164 s of compile work in all, and never less than its longest source (about 57 s).
+MEASURED_BINDING_SOURCES = 11
+MEASURED_BINDING_WORK_SECONDS = 164.0
+MEASURED_BINDING_LONGEST_SECONDS = 57.0
 
 
 def family_seconds(kernel_name: str) -> float:
@@ -51,9 +55,10 @@ def parallel_seconds(seconds: list[float], jobs: int) -> float:
 
 
 def binding_seconds(sources: int, jobs: int) -> float:
-    """Expected wall seconds of compiling `sources` binding sources from scratch on `jobs` jobs."""
-    per_source = MEASURED_BINDING_SECONDS * 2 / MEASURED_BINDING_SOURCES
-    return parallel_seconds([per_source] * sources, jobs)
+    """Expected wall seconds of compiling `sources` binding sources from scratch on `jobs` jobs (the measured work
+    scaled by the number of sources, spread over the jobs, never below the longest source)."""
+    work = MEASURED_BINDING_WORK_SECONDS * sources / MEASURED_BINDING_SOURCES
+    return max(work / max(1, jobs), MEASURED_BINDING_LONGEST_SECONDS)
 
 
 class BuildClock:

@@ -1,7 +1,9 @@
 """Loads a torch-free kernel library (the kernel C ABI of csrc/include/cudal2/abi.h) with ctypes.
 
-For tests, the correctness harness and the search evaluator, which run one kernel by name on torch tensors without
-the compiled dispatcher. The production path (`cudal2_ops.matmul`) loads the same libraries from C++.
+For what checks a library itself, without the compiled extension: the kernel-family GPU tests, the correctness
+harness's fixture kernels (with a caller-provided, guarded workspace), the sanitizer runs and the compile farm's load
+check. The extension loads the same libraries from C++ (`cudal2_ops.matmul`, and `cudal2_testing.kernel_timing`,
+which times a loaded kernel through it).
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def kernel_impl(name: str, layout: str, knobs: Knobs = DEFAULT_KNOBS):
     """An `impl(a, b, bias, out)` running one loaded kernel by name with `knobs` (the correctness checks' calling
     convention); raises RuntimeError when the kernel declines the problem or the knobs."""
     def impl(a, b, bias, out):
-        _C.run_kernel(name, a, b, bias, out, layout, *knobs)
+        _C.tuning.run_kernel(name, a, b, bias, out, layout, *knobs)
         return out
     return impl
 
@@ -91,7 +91,7 @@ class ProblemRun:
     def baseline_call(self, policy: str = "autotune"):
         """call(i): cuBLASLt with `policy` ("autotune" tunes on its first call) on input set i."""
         def call(i: int) -> None:
-            _C.cublaslt_matmul(*self.operands(i), None, self.out, self.layout, policy)
+            _C.testing.cublaslt_matmul(*self.operands(i), None, self.out, self.layout, policy)
         return call
 
     def candidate(self, name: str, knobs: Knobs, target_ms: float = 1.0) -> dict | None:

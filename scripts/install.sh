@@ -34,7 +34,7 @@ if reason=$("$PY" -m build_tools.install_stamp check); then
   echo "cudal2: build and install are current (build/install.stamp), nothing to build"
   exit 0
 fi
-echo "cudal2: building: $reason (the build prints its estimate first; later builds compile only what changed)"
+echo "cudal2: building ($reason); the build prints its estimate first, later builds compile only what changed"
 "$PY" setup.py -q build_ext --inplace
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .  # registers it; build current
 "$PY" -m build_tools.install_stamp write

@@ -27,6 +27,18 @@ def problems_of(shape_set: str, layout: str, dtype: str, sample: int | None, see
     return [tune.Problem(layout, dtype, m, n, k) for m, n, k in shapes.load(shape_set, sample, seed)]
 
 
+def write(args: argparse.Namespace, base: dict | None, entries: dict, runs: list[dict]) -> None:
+    """The table (base entries overlaid with the tuned ones) and the results file."""
+    device = torch.cuda.current_device()
+    table = tune.merge_into(args.out, device, entries, base)
+    table["header"]["search_run"] = f"tune-{table['header']['tuned']}"
+    tune.merge_into(args.out, device, {}, table)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps({"environment": dict(env.header(sys.argv[1:]), command=" ".join(
+        ["python", *sys.argv])), "margin": args.margin, "runs": runs, "seconds": round(sum(
+            r["seconds"] for r in runs), 1), "entries": entries}, indent=1, sort_keys=True) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="g1000,llm", help="comma-separated shape sets (g1000, llm)")
@@ -57,13 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                              "problems": len(problems), "seconds": round(time.perf_counter() - t0, 1),
                              "summary": summary.lines(), "unsupported": summary.unsupported})
                 print(f"[{shape_set} {layout} {dtype}] " + " | ".join(summary.lines()), flush=True)
-    table = tune.merge_into(args.out, torch.cuda.current_device(), entries, base)
-    table["header"]["search_run"] = f"tune-{table['header']['tuned']}"
-    tune.merge_into(args.out, torch.cuda.current_device(), {}, table)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps({"environment": dict(env.header(sys.argv[1:]), command=" ".join(["python", *sys.argv])), "margin": args.margin, "runs": runs,
-                                        "seconds": round(sum(r["seconds"] for r in runs), 1),
-                                        "entries": entries}, indent=1, sort_keys=True) + "\n")
+                write(args, base, entries, runs)  # after each part: a run cut short keeps what it measured
     print(f"wrote {args.out} and {args.results}: {len(entries)} problems in "
           f"{sum(r['seconds'] for r in runs):.0f} s")
     return 0

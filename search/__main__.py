@@ -12,7 +12,7 @@ one line and exit status 1. `--debug` (or CUDAL2_DEBUG=1) shows the traceback in
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import importlib.util
 import json
 import os
 import sqlite3
@@ -33,8 +33,6 @@ from search.table_select import DEFAULT_KERNEL_BUDGET, DEFAULT_MARGIN
 BACKENDS = ("sim", "local", "ray")
 # New builds a run may compile by default: an sm90 kernel takes 60-90 s of nvcc; the simulator's are free.
 DEFAULT_MAX_BUILDS = {"sim": None, "local": 32, "ray": 32}
-
-
 LLMS = ("none", "openai")
 DEBUG_ENV = "CUDAL2_DEBUG"
 
@@ -103,6 +101,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         text_of(Path(args.memory), "--memory")
     problems = [Problem(ns.layout, ns.dtype, *s) for s in load_shapes(ns.shapes, ns.seed)]
     policy = initial_policy(args)  # reads the --warm-start files
+    check_progress_bar(ns.quiet)
     if ns.store is None:
         ns.store = Path("search.db").resolve()
         print(f"no --store given: this run's store is {ns.store} (resume, report and emit take --store {ns.store})")
@@ -124,6 +123,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
     finally:
         backend.close()
     return 0
+
+
+def check_progress_bar(quiet: bool) -> None:
+    """Refuses a progress bar where tqdm is not installed."""
+    if not quiet and importlib.util.find_spec("tqdm") is None:
+        raise UserError("the progress bar needs tqdm (pip install tqdm, or scripts/install.sh); or pass --quiet")
 
 
 def check_backend(args: RunArgs, ns: argparse.Namespace) -> None:
@@ -167,6 +172,7 @@ def cmd_resume(ns: argparse.Namespace) -> int:
     try:
         store = Store(ns.store)
         try:
+            check_progress_bar(ns.quiet)
             drive(Search.resume(store, backend, run_id, overrides), ns.quiet)
         finally:
             store.close()

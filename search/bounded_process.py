@@ -1,8 +1,9 @@
 """Runs a tool on untrusted input (the compiler on a search-written source) with a time limit and capped output.
 
-The process gets its own session, no stdin (`#include "/dev/stdin"` reads nothing), a cap on the size of any file it
-writes (`ulimit -f`), and is killed with its whole process group when it outlives `timeout_s` or prints more than
-`output_cap` bytes (nvcc's children, e.g. the preprocessor stuck on `#include "/dev/zero"`, die with it).
+The process gets its own session, no stdin (`#include "/dev/stdin"` reads nothing), caps on the size of any file it
+writes and on its address space (`ulimit -f`, `ulimit -v`: the preprocessor reading `#include "/dev/zero"` fails
+within seconds instead of filling the machine's memory), and is killed with its whole process group when it outlives
+`timeout_s` or prints more than `output_cap` bytes (nvcc's children die with it).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import threading
 import time
 
 FILE_CAP_BYTES = 512 * 1024 * 1024   # largest file the tool may write (a CUTLASS translation unit's .ii is ~20 MB)
+MEMORY_CAP_BYTES = 16 * 1024 ** 3     # address space of each process (cicc on a CUTLASS kernel stays well below)
 
 
 @dataclasses.dataclass
@@ -32,10 +34,11 @@ class Bounded:
 
 
 def run_bounded(cmd: list[str], timeout_s: float, output_cap: int = 1 << 20, cwd: str | None = None,
-                file_cap: int = FILE_CAP_BYTES) -> Bounded:
+                file_cap: int = FILE_CAP_BYTES, memory_cap: int = MEMORY_CAP_BYTES) -> Bounded:
     """Runs `cmd` (see the module docstring); never raises for what the tool does."""
-    blocks = max(1, file_cap // 512)   # POSIX sh counts ulimit -f in 512-byte blocks
-    wrapped = ["/bin/sh", "-c", f'ulimit -f {blocks} && exec "$@"', "bounded", *cmd]
+    blocks = max(1, file_cap // 512)   # POSIX sh counts ulimit -f in 512-byte blocks and ulimit -v in KiB
+    limits = f"ulimit -f {blocks} && ulimit -v {max(1, memory_cap // 1024)}"
+    wrapped = ["/bin/sh", "-c", f'{limits} && exec "$@"', "bounded", *cmd]
     start = time.monotonic()
     proc = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             cwd=cwd, start_new_session=True)

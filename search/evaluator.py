@@ -1,8 +1,11 @@
-"""The evaluator pool: one `search.eval_worker` process per visible GPU, fed JSON lines, with crash and hang isolation.
+"""The evaluator pool: one `search.eval_worker` process (the judge) per visible GPU, fed JSON lines, with crash and
+hang isolation.
 
 A request that makes its worker exit (a fault, an abort) is a CRASH; one that outlives `timeout_s` is a HANG: the
 worker is killed and restarted, the verdict carries the reason (exit status and the tail of the worker's stderr),
-and the other requests go on. Requests are spread over the workers; results come back in request order.
+and the other requests go on. Requests are spread over the workers; results come back in request order. Workers
+run with PDL off (CUDAL2_DISABLE_PDL=1, whatever the caller's environment says): rewards are measured without the
+overlap PDL gives back-to-back calls, and the workers' environment (hence the store's run metadata) records it.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from search.candidate import CRASH, HANG, Candidate, EvalResult, Problem
-from search.eval_worker import PEAK_ENV
+from search.eval_worker import PDL_ENV, PEAK_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 300.0   # torch import, CUDA context and the roofline measurement
@@ -50,7 +53,7 @@ class Worker:
         self.environment: dict[str, Any] = {}
 
     def start(self) -> None:
-        env = {**os.environ, **self.extra_env, "CUDA_VISIBLE_DEVICES": self.gpu}
+        env = {**os.environ, **self.extra_env, "CUDA_VISIBLE_DEVICES": self.gpu, PDL_ENV: "1"}
         if "peak_tflops" in self.environment:
             env[PEAK_ENV] = str(self.environment["peak_tflops"])
         self.stderr = tempfile.TemporaryFile()
@@ -149,7 +152,7 @@ class EvaluatorPool:
                     return
                 cand, problem, artifact = requests[i]
                 payload = {"candidate": cand.to_json(), "problem": problem.__dict__, "artifact": artifact,
-                           "cases": self.cases, "seed": seed + i}
+                           "cases": self.cases, "seed": seed + i, "timeout_s": self.timeout_s}
                 results[i] = worker.request(payload, self.timeout_s)
 
         threads = [threading.Thread(target=drain, args=(w,)) for w in self.workers]

@@ -127,7 +127,7 @@ class Search:
         """A new run of `problems`."""
         env = backend.environment()
         if env.get("arch", args.arch) != args.arch:
-            raise ValueError(f"the backend's GPU is sm{env['arch']}, the run asks for sm{args.arch}")
+            raise UserError(f"the backend's GPU is sm{env['arch']}, the run asks for --arch sm{args.arch}")
         run_id = store.create_run(args.policy, dataclasses.asdict(args), env, problems)
         return cls(store, backend, run_id, args, **kwargs)
 
@@ -278,17 +278,25 @@ class Search:
             chunk = requests[start:start + self.args.chunk]
             if self.args.budget_evals is not None:
                 chunk = chunk[:self.args.budget_evals - self.store.evaluation_count(self.run_id)]
-            runnable = []
-            for cand, problem in chunk:
-                if built[cand.build_key]:
-                    runnable.append((cand, problem))
-                else:
-                    outcome = self.store.compile_outcome(cand.build_key)
-                    self.record(round_, cand, problem,
-                                EvalResult(COMPILE_ERROR, reason=outcome.log[-2000:], compile_s=outcome.seconds))
-            for index, result in self.verdicts(runnable):
+            runnable, failed = [], []
+            for position, (cand, problem) in enumerate(chunk):
+                (runnable if built[cand.build_key] else failed).append((position, cand, problem))
+            failed.reverse()
+            for index, result in self.verdicts([(cand, problem) for _, cand, problem in runnable]):
                 checkpoint("verdict")
-                self.record(round_, *runnable[index], result)
+                self.record_failed_builds(round_, failed, before=runnable[index][0])
+                self.record(round_, *runnable[index][1:], result)
+            self.record_failed_builds(round_, failed, before=len(chunk))
+
+    def record_failed_builds(self, round_: int, failed: list[tuple[int, Candidate, Problem]], before: int) -> None:
+        """Records as COMPILE_ERROR the requests of `failed` ((chunk position, candidate, problem), last position
+        first) placed before chunk position `before`: with a backend that delivers verdicts in request order, the
+        policy learns from a chunk in request order."""
+        while failed and failed[-1][0] < before:
+            _, cand, problem = failed.pop()
+            outcome = self.store.compile_outcome(cand.build_key)
+            self.record(round_, cand, problem,
+                        EvalResult(COMPILE_ERROR, reason=outcome.log[-2000:], compile_s=outcome.seconds))
 
     def record(self, round_: int, cand: Candidate, problem: Problem, result: EvalResult) -> None:
         """Stores one verdict with its reward and the run time since the previous one, and learns from it."""

@@ -1,15 +1,17 @@
 """The search's reward (the paper's): mean test-case speedup minus penalties on error and code length.
 
-    reward = mean(case_speedups) - ALPHA * max_rel_err - BETA * code_kchars        (status OK)
+    reward = mean(case_speedups) - min(ALPHA * max_rel_err, PENALTY_CAP) - min(BETA * code_kchars, PENALTY_CAP)
+                                                                                    (status OK)
     reward = FAILURE_REWARD[status]                                                 (any other status)
 
 case_speedups: cuBLASLt-autotune time / candidate time on each of the problem's test cases, timed in the same
-process. max_rel_err: the worst relative error against the fp32 reference (fp16 kernels are near 1e-3, so ALPHA = 10
-costs about 0.01: it separates equally fast kernels by accuracy without outweighing speed). code_kchars: thousands of
-characters of the candidate's source (a config point counts its rendered `.cu` file; BETA = 0.01 per 1000 characters
-keeps a 3000-character LLM kernel within 3% of a config point). Failures get fixed negative rewards, worse for a
-failure that costs GPU time or would be dangerous in a table (wrong results, crashes, hangs) than for one caught
-before compiling.
+evaluation. max_rel_err: the worst relative error against the fp32 reference (fp16 kernels are near 1e-3, so
+ALPHA = 10 costs about 0.01: it separates equally fast kernels by accuracy without outweighing speed). code_kchars:
+thousands of characters of the candidate's source (a config point counts its rendered `.cu` file; BETA = 0.01 per
+1000 characters keeps a 3000-character LLM kernel within 3% of a config point). Each penalty is capped at
+PENALTY_CAP, so a valid candidate, however long or slow, scores above VALID_FLOOR = -2 * PENALTY_CAP, and every
+failure scores below it: failures get fixed rewards, worse for a failure that costs GPU time or would be dangerous
+in a table (wrong results, crashes, hangs, cheats) than for one caught before compiling.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from cudal2_catalog.config import HgemmConfig
 
 ALPHA = 10.0
 BETA = 0.01
+PENALTY_CAP = 0.1
+VALID_FLOOR = -2 * PENALTY_CAP
 FAILURE_REWARD = {MALFORMED: -1.0, INFEASIBLE: -0.5, SCAN_REJECTED: -1.0, COMPILE_ERROR: -0.5, UNSUPPORTED: -0.25,
                   INCORRECT: -1.0, SUSPICIOUS: -1.0, CRASH: -1.0, HANG: -1.0}
 
@@ -43,4 +47,6 @@ def reward(result: EvalResult, candidate: Candidate) -> float:
     if not result.case_speedups:
         raise ValueError("an OK evaluation must carry its per-test-case speedups")
     mean_speedup = sum(result.case_speedups) / len(result.case_speedups)
-    return mean_speedup - ALPHA * (result.max_rel_err or 0.0) - BETA * code_length(candidate) / 1000.0
+    error_penalty = min(ALPHA * (result.max_rel_err or 0.0), PENALTY_CAP)
+    length_penalty = min(BETA * code_length(candidate) / 1000.0, PENALTY_CAP)
+    return mean_speedup - error_penalty - length_penalty

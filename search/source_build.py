@@ -31,6 +31,7 @@ from search.object_check import check_object
 
 MAX_SOURCE_CHARS = 100_000           # a longer source is refused before anything runs
 PREPROCESS_TIMEOUT_S = 120.0
+PREPROCESS_MEMORY = 4 * 1024 ** 3    # address space of a preprocessing pass
 COMPILE_TIMEOUT_S = 900.0            # a CUTLASS sm90 kernel takes 1-2 min on 2 cores
 LOG_CAP = 64 * 1024                  # characters of compiler output kept
 MAX_PREPROCESSED_BYTES = 256 * 1024 * 1024
@@ -124,7 +125,7 @@ def _preprocess(command: list[str], source: Path, workdir: Path, index: int) -> 
     argv = list(command)
     argv[argv.index("-o") + 1] = str(out)
     argv += ["-MD", "-MF", str(deps)]
-    run = run_bounded(argv, PREPROCESS_TIMEOUT_S, output_cap=LOG_CAP, cwd=str(workdir))
+    run = run_bounded(argv, PREPROCESS_TIMEOUT_S, output_cap=LOG_CAP, cwd=str(workdir), memory_cap=PREPROCESS_MEMORY)
     if run.killed:
         return SourceBuild(REJECTED, [f"preprocessing was {run.killed} (an #include of a device or a pipe?)"])
     if deps.exists():
@@ -133,7 +134,9 @@ def _preprocess(command: list[str], source: Path, workdir: Path, index: int) -> 
             return SourceBuild(REJECTED, [f"#include of {path}: outside the project, CUDA, CUTLASS and the host "
                                           f"compiler's headers" for path in outside[:5]])
     if not run.ok or not out.exists():
-        return SourceBuild(FAILED, [f"preprocessing failed (exit {run.returncode})"], _own_lines(run.output, source))
+        own = _own_lines(run.output, source)
+        return SourceBuild(FAILED, [f"preprocessing failed (exit {run.returncode})" + (f": {own.splitlines()[0]}"
+                                                                                        if own else "")], own)
     if out.stat().st_size > MAX_PREPROCESSED_BYTES:
         return SourceBuild(REJECTED, [f"the preprocessed source is {out.stat().st_size} bytes"])
     defines = " ".join(a for a in command if a.startswith("-D__CUDA_ARCH__="))

@@ -77,8 +77,8 @@ def findings_lines(measured: list[Measured], margin: float = DEFAULT_MARGIN) -> 
                 counts[name][value] += 1
         for name, counter in counts.items():
             detail.append([bucket, name, ", ".join(f"{v} ({n})" for v, n in counter.most_common(TOP))])
-    header = ["bucket log2(MNK)", "problems", f"won (time > {margin:.0%} under cuBLASLt)", "geomean (cuBLASLt kept)", "best",
-              "won by a searched config"]
+    header = ["bucket log2(MNK)", "problems", f"won (time > {margin:.0%} under cuBLASLt)", "geomean (cuBLASLt kept)",
+              "best", "won by a searched config"]
     lines = ["Winners: per problem the fastest correct candidate, when it beats cuBLASLt-autotune by the table "
              f"margin ({margin:.0%}).", ""] + markdown_table(header, summary)
     lines += ["", "Patterns of the winners (most frequent values, count of winning problems):", ""]
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sections = []
     for path in args.store:
-        store = Store(path)
+        store = Store(path, readonly=True)
         try:
             sections += [(f"store {path.name}, {g.environment['gpu_name']}", g.measured) for g in measurements(store)]
         finally:

@@ -15,6 +15,7 @@ a GPU's. A simulated study also runs the largest worker count with no delay: the
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import hashlib
 import json
@@ -90,6 +91,7 @@ def measure(ns: argparse.Namespace, problems: list[Problem], workers: int, delay
     return {"workers": workers, "eval_delay_ms": delay_ms, "evaluations": len(rows), "wall_s": round(wall_s, 2),
             "evals_per_min": round(60 * len(rows) / wall_s, 1),
             "first_to_last_verdict_s": round(span_s, 2), "gpu_name": gpu.get("gpu_name"),
+            "statuses": dict(collections.Counter(r["status"] for r in rows)),
             "placements": placements, "faults": backend.faults,
             "verdicts_sha256": hashlib.sha256(verdicts.encode()).hexdigest()}
 
@@ -111,8 +113,10 @@ def markdown(doc: dict) -> str:
                       f"delay): {ceiling['evals_per_min']} evaluations/min ({ceiling['wall_s']} s for "
                       f"{ceiling['evaluations']})."]
     s = doc["settings"]
+    statuses = ", ".join(f"{count} {status}" for status, count in sorted(runs[0]["statuses"].items()))
     lines += ["", f"Search: {s['shapes']} fp16 NT shapes, policy {s['policy']}, seed {s['seed']}, "
-                  f"{s['budget_evals']} evaluations per run, sm{s['arch']}.",
+                  f"{s['budget_evals']} evaluations per run ({statuses} in the first run; a compile error is "
+                  f"recorded without being evaluated), sm{s['arch']}.",
               f"Machine: {env['cpu']}, {env['cpus_usable']} usable CPU cores of {env['cpu_count']}; load average "
               f"{', '.join(f'{x:.2f}' for x in env['load_average'])} at the start; Python {env['python']}, Ray "
               f"{env['ray']}; commit {env['commit']}.",

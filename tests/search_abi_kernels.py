@@ -40,7 +40,7 @@ BODIES = {
     "fp16acc": """__half acc = __float2half(0.f);
   for (int64_t i = 0; i < k; ++i) acc = __hfma(a[row * lda + i], b[col * ldb + i], acc);
   d[row * ldd + col] = acc;""",
-    # Accumulates in fp16 without an FMA chain (slips past the static scan; the exact-integer check catches it).
+    # Accumulates in fp16 without an FMA chain (the scan refuses __hadd/__hmul; the exact-integer checks catch it).
     "fp16acc_hidden": """__half acc = __float2half(0.f);
   for (int64_t i = 0; i < k; ++i) acc = __hadd(acc, __hmul(a[row * lda + i], b[col * ldb + i]));
   d[row * ldd + col] = acc;""",

@@ -36,6 +36,11 @@ def test_parallel_seconds_is_never_below_the_longest_item():
     assert build_estimate.parallel_seconds([50, 3, 3], 8) == 50
 
 
+def test_binding_estimate_reproduces_its_measurements():
+    assert build_estimate.binding_seconds(11, 2) == pytest.approx(82, abs=5)  # 1 min 22 s on 2 cores
+    assert build_estimate.binding_seconds(11, 16) == pytest.approx(57, abs=5)  # 57 s on 16 cores
+
+
 def simulate_build(expected: dict[str, float], slowdown: float, jobs: int) -> list[tuple[float, float]]:
     """Runs a build on a simulated machine whose compiles take `slowdown` times the expected seconds (-10% to +10%,
     item by item), longest first as build_library orders them; returns (estimated, true) seconds left at the start
@@ -98,3 +103,16 @@ def test_kernel_lib_expects_nothing_of_cached_or_untargeted_kernels(tmp_path, mo
     summary = kernel_lib.plan_summary(expected, ["80", "90a"], jobs=2)
     assert summary == "3 kernels for 80;90a, 2 to compile (the rest cached or not built for these targets): about 50s " \
                       "with 2 jobs"
+
+
+def test_readme_quotes_what_the_build_prints_for_the_committed_kernels(monkeypatch):
+    """The README's example of the build's first line is the plan of the committed kernel set (tables + default
+    set) for the default targets on 2 jobs with an empty cache: adding kernels means updating that line."""
+    monkeypatch.setattr(kernel_lib, "object_path", lambda src, archs, cache_dir: (
+        cache_dir / "absent.o" if kernel_lib.gencode_flags(src.parent.name, archs) else None))
+    archs = kernel_lib.parse_arch_list(kernel_lib.DEFAULT_ARCHS)
+    sources = [kernel_lib.find_source(name) for name in kernel_lib.select_kernel_names()]
+    expected = kernel_lib.expected_seconds(sources, archs, kernel_lib.DEFAULT_CACHE_DIR / "no-such-folder")
+    line = f"[kernels] building {kernel_lib.plan_summary(expected, archs, jobs=2)}"
+    readme = " ".join((kernel_lib.REPO_ROOT / "README.md").read_text().split())
+    assert line in readme, f"README.md should quote the build's first line as: {line}"

@@ -1,5 +1,6 @@
 """cudal2_testing.kernel_timing's pure parts: cold-weight operand sets and candidate records."""
 import math
+import types
 
 import torch
 
@@ -13,7 +14,7 @@ def test_cold_problem_runs_rotate_over_sets_larger_than_the_l2(monkeypatch):
     monkeypatch.setattr(torch, "randn", lambda *shape, device=None, dtype=None: torch.ones(*shape, dtype=dtype))
     monkeypatch.setattr(torch, "empty", lambda *shape, device=None, dtype=None: torch.zeros(*shape, dtype=dtype))
     monkeypatch.setattr(kernel_timing, "fp32_reference", lambda a, b, layout: None)
-    cold = kernel_timing.ProblemRun.random("nt", "fp16", 8, 256, 512, cold=True)   # 2 * (8*512 + 256*512 + 8*256) B per set
+    cold = kernel_timing.ProblemRun.random("nt", "fp16", 8, 256, 512, cold=True)  # 2*(8*512 + 256*512 + 8*256) B/set
     assert cold.n_sets == math.ceil(4 * 2**20 / (2 * (8 * 512 + 256 * 512 + 8 * 256))) == 16
     assert cold.operands(0) == (cold.a, cold.b) and cold.operands(15)[1].shape == (256, 512)
     assert kernel_timing.ProblemRun.random("nt", "fp16", 1, 64, 64, cold=True).n_sets == kernel_timing.COLD_MAX_SETS
@@ -34,7 +35,7 @@ def test_candidate_records_carry_their_knobs_by_name(monkeypatch):
     class Fake:
         def run_kernel(self, name, a_, b_, bias, out, layout, splits, swizzle, raster):
             out.copy_(ref if (splits, swizzle, raster) == (2, 4, 1) else ref + 1)
-    monkeypatch.setattr(kernel_timing, "_C", Fake())
+    monkeypatch.setattr(kernel_timing, "_C", types.SimpleNamespace(tuning=Fake()))
     monkeypatch.setattr(kernel_timing, "time_call", lambda call, n_sets=1, target_ms=1.0: 7.0)
     run = kernel_timing.ProblemRun("nt", a, b, torch.empty(8, 4), ref, 1e-3)
     good = run.candidate("k", Knobs(2, 4, 1))

@@ -87,3 +87,8 @@ def test_the_test_command_and_ci_build_every_kernel_without_a_gpu(tmp_path, scri
     _, calls = run_script(tmp_path, script, "nogpu")
     assert build_call(calls).endswith("|skip=unset")
     assert calls[-1].startswith("-m pytest -q tests")
+
+
+def test_ci_builds_every_kernel_whatever_the_environment_says(tmp_path):
+    _, calls = run_script(tmp_path, ".ci/run", "nogpu", CUDAL2_SKIP_KERNELS="1")
+    assert build_call(calls).endswith("|skip=unset")

@@ -84,6 +84,7 @@ def test_run_args_need_a_budget_and_a_known_policy():
 
 
 def test_local_backend_needs_an_artifacts_folder(tmp_path, capsys):
-    assert cli.main(["run", "--backend", "local", "--budget-evals", "1", "--store", str(tmp_path / "s.db")]) == 2
+    assert cli.main(["run", "--backend", "local", "--budget-evals", "1", "--quiet", "--store",
+                     str(tmp_path / "s.db")]) == 2
     assert "--backend local needs --artifacts DIR" in capsys.readouterr().err
     assert not (tmp_path / "s.db").exists()

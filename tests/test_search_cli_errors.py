@@ -150,6 +150,16 @@ def test_llm_without_its_variables_fails_before_the_store_exists(work, capsys, m
     nothing_written(work, "shapes.txt")
 
 
+@pytest.mark.parametrize("argv, needle", [([], "required: command"), (["walk"], "invalid choice: 'walk'"),
+                                          (["run", "--bogus"], "unrecognized arguments: --bogus"),
+                                          (["report", "--store", "s.db"], "required: --out"),
+                                          (["run", "--sim-workers", "2", "--budget-evals", "4", "--quiet"],
+                                           "--backend ray")])
+def test_malformed_command_lines(argv, needle, work, capsys):
+    refused(argv, capsys, needle)
+    nothing_written(work, "shapes.txt")
+
+
 def test_emit_arguments(work, capsys):
     assert cli.main(run_argv()) == 0
     capsys.readouterr()
@@ -224,8 +234,8 @@ def test_run_refuses_to_append_to_a_damaged_store(work, capsys):
     capsys.readouterr()
     for kind in ("truncated", "overwritten", "foreign", "text"):
         data = files[kind].read_bytes()
-        refused(["run", "--shapes", "shapes.txt", "--budget-evals", "4", "--store", str(files[kind])], capsys,
-                files[kind].name, MESSAGES[kind])
+        argv = ["run", "--shapes", "shapes.txt", "--budget-evals", "4", "--quiet", "--store", str(files[kind])]
+        refused(argv, capsys, files[kind].name, MESSAGES[kind])
         assert files[kind].read_bytes() == data
         assert not Path(f"{files[kind]}-wal").exists()   # refused before SQLite opened it for writing
 

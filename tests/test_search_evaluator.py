@@ -9,8 +9,9 @@ import pytest
 
 from search.backend import CompileOutcome
 from search.backends.local import LocalBackend, nvcc_archs
-from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, Candidate, Problem
-from search.eval_worker import SELFTEST_ENV, declined
+from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, SCAN_REJECTED, Candidate, Problem
+from search.compile_farm import REFUSED
+from search.eval_worker import PDL_ENV, SELFTEST_ENV
 from search.evaluator import EvaluatorPool
 
 SELFTEST = {SELFTEST_ENV: "1"}
@@ -110,10 +111,22 @@ def test_prebuilt_kernels_are_evaluated_without_a_compile(tmp_path):
         backend.close()
 
 
-def test_declined_launches_are_unsupported_not_crashes():
-    """The binding's messages for ABI statuses 1 (unsupported) and 2 (workspace beyond the library's 32 MiB) mean the
-    kernel declines the problem; launch failures and bad arguments are faults."""
-    message = "cudal2 run_kernel: kernel k returned status {} for M=256 N=8192 K=4096 (1 unsupported, 2 workspace, ...)"
-    assert declined(RuntimeError(message.format(1))) and declined(RuntimeError(message.format(2)))
-    assert not declined(RuntimeError(message.format(3))) and not declined(RuntimeError(message.format(4)))
-    assert not declined(RuntimeError("CUDA error: an illegal memory access was encountered"))
+def test_workers_measure_with_pdl_off_whatever_the_caller_says():
+    pool = EvaluatorPool(["0"], timeout_s=10.0, extra_env={**SELFTEST, PDL_ENV: "0"})
+    try:
+        assert pool.environment()["pdl_disabled"] is True
+    finally:
+        pool.close()
+
+
+def test_refused_sources_are_scan_rejected(tmp_path, monkeypatch):
+    """A build the compile farm refused for a banned construct is a SCAN_REJECTED verdict, not a compile error."""
+    backend = LocalBackend(tmp_path, arch=90, gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
+    monkeypatch.setattr(backend.farm, "build", lambda cand: CompileOutcome(
+        False, log=f"{REFUSED} (banned constructs): host pass: line 3: dlsym", seconds=0.1))
+    try:
+        cand = Candidate(source="int x;", source_name="cheat")
+        (result,) = backend.evaluate([(cand, PROBLEM)])
+        assert result.status == SCAN_REJECTED and "dlsym" in result.reason
+    finally:
+        backend.close()

@@ -1,13 +1,12 @@
-"""The search loop end to end on the simulated backend: run, resume, compile cache, compile-only, report, emit,
-export."""
+"""The search loop end to end on the simulated backend: run, resume (verdicts stored as they arrive, a stopped round
+finished), compile cache, compile-only, report, emit, export."""
 import json
-from pathlib import Path
 
 import pytest
 
 from cudal2_ops import tables
 from search import __main__ as cli
-from search.candidate import MALFORMED, OK, Candidate, Problem, Proposal
+from search.candidate import MALFORMED, OK, Problem, Proposal
 from search.export import records
 from search.loop import RunArgs, Search
 from search.simulate import SimulatedBackend
@@ -72,6 +71,46 @@ def test_compile_only_then_resume_evaluates_the_compiled_proposals():
     assert resumed.backend.builds == [] or not set(resumed.backend.builds) & set(backend.builds)
 
 
+class Interrupted(SimulatedBackend):
+    """The simulated backend, interrupted (as by a kill) when its `stop_at`-th verdict arrives."""
+
+    def __init__(self, stop_at: int):
+        super().__init__()
+        self.stop_at, self.delivered = stop_at, 0
+
+    def evaluate_iter(self, requests):
+        for index, result in super().evaluate_iter(requests):
+            self.delivered += 1
+            if self.delivered == self.stop_at:
+                raise KeyboardInterrupt
+            yield index, result
+
+
+class WholeChunks(SimulatedBackend):
+    """The simulated backend without `evaluate_iter`: verdicts come back a chunk at a time."""
+
+    evaluate_iter = None
+
+    def evaluate(self, requests):
+        return [result for _, result in SimulatedBackend.evaluate_iter(self, requests)]
+
+
+def test_verdicts_are_stored_as_they_arrive_and_resume_gives_every_problem_its_share():
+    args = RunArgs(per_round=3, budget_evals=45)
+    reference = Store(":memory:")
+    Search.start(reference, WholeChunks(), args, PROBLEMS).run()
+    shares = dict(reference.query("SELECT problem_key, COUNT(*) FROM evaluations GROUP BY 1"))
+    assert set(shares.values()) == {9}
+    store = Store(":memory:")
+    search = Search.start(store, Interrupted(stop_at=20), args, PROBLEMS)
+    with pytest.raises(KeyboardInterrupt):
+        search.run()
+    delivered = store.query("SELECT COUNT(*) FROM evaluations WHERE status != 'compile_error'")[0][0]
+    assert delivered == 19      # each verdict stored before the next arrived (failed builds need no backend)
+    Search.resume(store, SimulatedBackend(), search.run_id).run()
+    assert dict(store.query("SELECT problem_key, COUNT(*) FROM evaluations GROUP BY 1")) == shares
+
+
 def test_resume_restores_the_policy_and_extends_the_budget(tmp_path):
     db = tmp_path / "s.db"
     store = Store(db)
@@ -84,9 +123,13 @@ def test_resume_restores_the_policy_and_extends_the_budget(tmp_path):
     assert store.evaluation_count(search.run_id) == 80
 
 
-def test_cli_run_resume_report_emit_export(tmp_path, monkeypatch, capsys):
-    db = str(tmp_path / "s.db")
-    shapes = tmp_path / "shapes.txt"
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory) -> str:
+    """A store written through the CLI: an rl and a random run, the first resumed with a larger budget, and an LLM
+    proposal added."""
+    folder = tmp_path_factory.mktemp("cli")
+    db = str(folder / "s.db")
+    shapes = folder / "shapes.txt"
     shapes.write_text("".join(f"{p.m} {p.n} {p.k}\n" for p in PROBLEMS))
     for policy in ("rl", "random"):
         assert cli.main(["run", "--shapes", str(shapes), "--budget-evals", "50", "--store", db, "--policy", policy,
@@ -96,14 +139,24 @@ def test_cli_run_resume_report_emit_export(tmp_path, monkeypatch, capsys):
     reader.close()
     assert cli.main(["resume", "--store", db, "--run", first_run, "--budget-evals", "60", "--quiet"]) == 0
     store = Store(db)
-    run_id = store.runs()[0]["id"]
-    store.add_proposal(run_id, 9, PROBLEMS[0], Proposal(None, MALFORMED, "no JSON object", "the prompt", "oops"),
+    assert store.evaluation_count(first_run) == 60
+    store.add_proposal(first_run, 9, PROBLEMS[0], Proposal(None, MALFORMED, "no JSON object", "the prompt", "oops"),
                        "llm:test")
-    assert cli.main(["report", "--store", db, "--out", str(tmp_path / "report")]) == 0
+    store.close()
+    return db
+
+
+def test_cli_report(cli_store, tmp_path):
+    pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (the bench extra)")
+    assert cli.main(["report", "--store", cli_store, "--out", str(tmp_path / "report")]) == 0
     report = (tmp_path / "report" / "report.md").read_text()
     for section in ("Policies at equal budget", "What the policy learned", "Failures by status", "| random |"):
         assert section in report
     assert (tmp_path / "report" / "reward_by_policy.png").stat().st_size > 1000
+
+
+def test_cli_emit_export(cli_store, tmp_path, monkeypatch):
+    db = cli_store
     root = tmp_path / "kernels"
     assert cli.main(["emit", "--store", db, "--root", str(root), "--kernel-budget", "2"]) == 0
     table_file = root / "sm90" / "simulated_h100_sxm.json"
@@ -118,6 +171,7 @@ def test_cli_run_resume_report_emit_export(tmp_path, monkeypatch, capsys):
     out = tmp_path / "rl.jsonl"
     assert cli.main(["export", "--store", db, "--out", str(out)]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
+    store = Store(db, readonly=True)
     assert lines == records(store)
     assert lines[0]["prompt"] == "the prompt" and lines[0]["reward"] == -1.0 and lines[0]["status"] == MALFORMED
 
@@ -149,6 +203,9 @@ def test_emit_keeps_existing_entries_the_run_gives_no_reason_to_drop(tmp_path):
     assert table["header"]["kept_from"]["search_run"] == "old-sweep"
 
 
-def test_emit_without_measurements_says_so(tmp_path):
-    with pytest.raises(ValueError, match="no correct measured candidate"):
-        cli.main(["emit", "--store", str(tmp_path / "empty.db"), "--root", str(tmp_path)])
+def test_emit_without_measurements_says_so(tmp_path, capsys):
+    store = Store(tmp_path / "s.db")
+    Search.start(store, SimulatedBackend(), RunArgs(compile_only=True), PROBLEMS).run()
+    store.close()
+    assert cli.main(["emit", "--store", str(tmp_path / "s.db"), "--root", str(tmp_path / "k")]) == 2
+    assert "no correct measured candidate" in capsys.readouterr().err and not (tmp_path / "k").exists()

@@ -4,6 +4,7 @@ SIGKILLed or ray.kill-ed mid-request has that request re-queued, and the run's s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -58,7 +59,7 @@ def claim(marker: str, text: str = "") -> bool:
 class SelfKillingEvaluator(SimulatedBackend):
     """The simulated evaluator, except that the first actor to receive its `after`-th request (one `marker` file
     for all actors) SIGKILLs its own process while holding that request; with `poison`, every actor that receives
-    that candidate does."""
+    that candidate dies."""
 
     marker: str = ""
     after: int = 5
@@ -87,6 +88,14 @@ class StallingEvaluator(SimulatedBackend):
         if self.received >= self.after and claim(self.marker, str(os.getpid())):
             time.sleep(self.stall_s)
         return super().evaluate(requests)
+
+
+def slow_restart(evaluator: SelfKillingEvaluator, restart_s: float) -> SelfKillingEvaluator:
+    """An actor's evaluator that takes `restart_s` to come back once one actor has died (calls sent to the actor
+    meanwhile find it restarting)."""
+    if os.path.exists(evaluator.marker):
+        time.sleep(restart_s)
+    return evaluator
 
 
 class BrokenEvaluator:
@@ -187,8 +196,8 @@ def test_cli_runs_simulated_workers(local_ray, tmp_path, undisturbed, capsys):
 def test_sigkilled_actor_is_restarted_and_its_request_requeued(local_ray, tmp_path, undisturbed):
     marker = tmp_path / "killed"
     evaluator = SelfKillingEvaluator(seed=RUN_ARGS.seed, eval_delay_s=DELAY_S, marker=str(marker), after=10)
-    backend = RayBackend(lambda: evaluator, RayBackend.simulated(2, seed=RUN_ARGS.seed).builds, workers=2,
-                         num_gpus=0, num_cpus=0)
+    backend = RayBackend(functools.partial(slow_restart, evaluator, 2.0),
+                         RayBackend.simulated(2, seed=RUN_ARGS.seed).builds, workers=2, num_gpus=0, num_cpus=0)
     try:
         with pytest.warns(RuntimeWarning, match="evaluator actor died"):
             _, verdicts = simulated_run(tmp_path / "s.db", backend)
@@ -239,7 +248,8 @@ def test_a_request_that_kills_every_actor_is_a_crash(local_ray, tmp_path):
         assert len(backend.actors) == 2
     finally:
         backend.close()
-    assert results[1].status == CRASH and f"{MAX_DEATHS} evaluator actors died" in results[1].reason
+    assert results[1].status == CRASH and f"the evaluator actor died {MAX_DEATHS} times" in results[1].reason
+    assert len(backend.faults) == MAX_DEATHS
     expected = SimulatedBackend().evaluate(requests)
     assert [(r.status, r.us) for i, r in enumerate(results) if i != 1] == \
         [(e.status, e.us) for i, e in enumerate(expected) if i != 1]

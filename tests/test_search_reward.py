@@ -35,3 +35,11 @@ def test_every_failure_status_has_a_negative_reward():
 def test_ok_without_case_speedups_is_an_error():
     with pytest.raises(ValueError, match="case speedups"):
         reward.reward(EvalResult(OK, us=1.0, baseline_us=1.0), CONFIG)
+
+
+def test_every_failure_scores_below_every_valid_candidate():
+    """However long its source, slow or inexact, a valid candidate outscores every failure."""
+    worst_valid = EvalResult(OK, us=1e6, baseline_us=1.0, case_speedups=[1e-6], max_rel_err=0.05)
+    huge = Candidate(source="x" * 3_000_000, source_name="k")
+    assert reward.reward(worst_valid, huge) > reward.VALID_FLOOR > max(reward.FAILURE_REWARD.values())
+    assert reward.reward(worst_valid, huge) == pytest.approx(1e-6 - 2 * reward.PENALTY_CAP)

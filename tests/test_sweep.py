@@ -1,5 +1,6 @@
 """search.sweep's pure parts: the problem set, the per-family summary and which kernels' knob grids are explored."""
 import math
+import types
 
 import torch
 
@@ -53,7 +54,8 @@ DECODE = "decode_fp16_nt_8x128x128_s4_w8"
 
 
 class FakeExtension:
-    """The extension's `run_kernel` on CPU tensors: rejects swizzle 8 and unknown kernels, computes wrong results with 2 splits."""
+    """The extension's `tuning.run_kernel` on CPU tensors: rejects swizzle 8 and unknown kernels, computes wrong
+    results with 2 splits."""
 
     def __init__(self, ref):
         self.ref = ref
@@ -71,7 +73,7 @@ def test_measure_kernels_explores_the_two_fastest_and_each_familys_fastest(monke
     ref = a @ b.t()
     fake = FakeExtension(ref)
     default_us = {SM90_COOP: 10.0, SM90_STREAMK: 11.0, SM80: 12.0, SM80_SLOWER: 13.0}
-    monkeypatch.setattr(kernel_timing, "_C", fake)
+    monkeypatch.setattr(kernel_timing, "_C", types.SimpleNamespace(tuning=fake))
     monkeypatch.setattr(kernel_timing, "time_call",
                         lambda call, n_sets=1, target_ms=1.0: default_us[fake.last[0]] - fake.last[1].swizzle / 10)
     run = kernel_timing.ProblemRun("nt", a.half(), b.half(), torch.empty(64, 64, dtype=torch.half), ref, 1e-3)

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .inputs import GuardedTensor, exact_expected, exact_inputs, random_inputs, same_bits
+from .inputs import (GuardedTensor, exact_expected, exact_inputs, integer_inputs, integer_value_bound, random_inputs,
+                     same_bits)
 from .reference import Impl, baseline_impl, default_device, dtype_name, error_stats, reference, within_tolerance
 
 # Stream check: how long the caller's stream sleeps before its inputs are written.
@@ -83,15 +84,31 @@ def check_random(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckC
 def check_exact(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckContext) -> CheckResult:
     """0/1 inputs: every output equals dtype(round(exact sum)) bit for bit (fp16 accumulation fails)."""
     a, b, bias = exact_inputs(shape, layout, dtype, ctx.with_bias, ctx.seeds[0], ctx.device)
+    return _exact_result("exact", impl, a, b, bias, shape, layout, dtype, ctx)
+
+
+def check_exact_small_k(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckContext) -> CheckResult:
+    """Integer inputs in [1, v] whose partial sums pass 2048 at any K: every output equals dtype(round(exact sum))
+    bit for bit (fp16 / bf16 accumulation fails at small K too, where the 0/1 check's sums stay below 2048)."""
+    v = integer_value_bound(shape[2])
+    if v is None:
+        return _result("exact_small_k", shape, layout, dtype, True, f"K={shape[2]} is deep enough for the 0/1 check")
+    a, b, bias = integer_inputs(shape, layout, dtype, ctx.with_bias, ctx.seeds[0], ctx.device, v)
+    return _exact_result("exact_small_k", impl, a, b, bias, shape, layout, dtype, ctx)
+
+
+def _exact_result(name: str, impl: Impl, a, b, bias, shape, layout: str, dtype: torch.dtype,
+                  ctx: CheckContext) -> CheckResult:
+    """Runs `impl` on exact-integer operands and compares every output with dtype(round(exact sum)) bit for bit."""
     expected = exact_expected(a, b, layout, bias)
     out = impl(a, b, bias, _poisoned_out(shape, dtype, ctx.device))
     peak = float(expected.float().max()) if expected.numel() else 0.0
     note = f"max exact sum {peak:g}" + ("" if peak > 2048 else " (<= 2048: accumulation precision not exercised)")
     if same_bits(out.reshape(expected.shape), expected):
-        return _result("exact", shape, layout, dtype, True, note)
+        return _result(name, shape, layout, dtype, True, note)
     wrong = (out.reshape(expected.shape).view(torch.int16) != expected.view(torch.int16)).nonzero()
     i, j = (int(x) for x in wrong[0])
-    return _result("exact", shape, layout, dtype, False,
+    return _result(name, shape, layout, dtype, False,
                    f"{wrong.shape[0]} of {expected.numel()} outputs differ; first [{i}, {j}]: got "
                    f"{float(out.reshape(expected.shape)[i, j])}, expected {float(expected[i, j])}; {note}")
 
@@ -246,6 +263,6 @@ def check_graph(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckCo
 
 CHECKS: dict[str, Callable[..., CheckResult]] = {
     "random": check_random, "exact": check_exact, "guards": check_guards, "layouts": check_layouts,
-    "determinism": check_determinism, "stream": check_stream, "graph": check_graph,
+    "determinism": check_determinism, "stream": check_stream, "graph": check_graph, "exact_small_k": check_exact_small_k,
 }
 CUDA_ONLY = frozenset({"stream", "graph"})

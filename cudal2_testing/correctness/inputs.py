@@ -65,8 +65,35 @@ def exact_inputs(shape: tuple[int, int, int], layout: str, dtype: torch.dtype, w
     return a, b, bias
 
 
+# Small-K exact check: expected sum per output. Partial sums pass 2048 (where fp16 accumulation starts rounding)
+# within the first K elements at any K, and the largest possible sum (4x this) stays below fp16's 65504.
+INTEGER_TARGET_SUM = 8000
+INTEGER_MAX_VALUE = 64   # operands are integers in [1, v], v <= 64: exact in fp16 and bf16, products exact in fp32
+
+
+def integer_value_bound(k: int) -> int | None:
+    """v of `integer_inputs` for depth K: the expected sum K * ((v + 1) / 2)^2 is about INTEGER_TARGET_SUM; None
+    when K is so deep that even all-ones operands would overflow fp16 (the 0/1 exact check covers that depth)."""
+    if k * 1 > 4 * INTEGER_TARGET_SUM:
+        return None
+    return max(1, min(INTEGER_MAX_VALUE, int(2 * math.sqrt(INTEGER_TARGET_SUM / max(k, 1)) - 1)))
+
+
+def integer_inputs(shape: tuple[int, int, int], layout: str, dtype: torch.dtype, with_bias: bool, seed: int,
+                   device: torch.device | str, v: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Operands of uniform integers in [1, v] (see `integer_value_bound`): every sum is exact in fp32 and the
+    partial sums pass 2048 early, so fp16 or bf16 accumulation rounds at small K too. Bias, when asked for, is
+    zeros (as in `exact_inputs`)."""
+    m, n, k = shape
+    g = generator(seed, device)
+    a = torch.randint(1, v + 1, (m, k), generator=g, device=device).to(dtype)
+    b = torch.randint(1, v + 1, b_shape(shape, layout), generator=g, device=device).to(dtype)
+    bias = torch.zeros((n,), dtype=dtype, device=device) if with_bias else None
+    return a, b, bias
+
+
 def exact_expected(a: torch.Tensor, b: torch.Tensor, layout: str, bias: torch.Tensor | None) -> torch.Tensor:
-    """dtype(round(exact sum)) of 0/1 operands: the sum in float64 (exact for these sizes), rounded once."""
+    """dtype(round(exact sum)) of integer operands: the sum in float64 (exact for these sizes), rounded once."""
     bd = b.double() if layout == "nn" else b.double().t()
     exact = a.double() @ bd
     if bias is not None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from search.backend import CompileOutcome
-from search.candidate import COMPILE_ERROR, Candidate, EvalResult, Problem
-from search.compile_farm import CompileFarm, artifact_paths, installed_kernels, nvcc_banner
+from search.candidate import COMPILE_ERROR, SCAN_REJECTED, Candidate, EvalResult, Problem
+from search.compile_farm import REFUSED, CompileFarm, artifact_paths, installed_kernels, nvcc_banner
 from search.evaluator import EvaluatorPool
 
 
@@ -55,7 +55,8 @@ class LocalBackend:
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
         """Verdicts in request order. A build missing here (a run resumed on a fresh machine whose artifacts were
-        lost) is rebuilt first; a candidate whose build fails is a COMPILE_ERROR with the build log's tail."""
+        lost) is rebuilt first; a candidate whose build fails is a COMPILE_ERROR with the build log's tail, or
+        SCAN_REJECTED when the compile farm refused its source for a banned construct."""
         if self.compile_only:
             raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
         libraries = self.libraries()
@@ -71,7 +72,7 @@ class LocalBackend:
             if library is None:
                 why = self._failed.get(cand.build_key,
                                        f"{cand.build_key}: no library in {self.farm.artifacts} after its build")
-                results[i] = EvalResult(COMPILE_ERROR, reason=why)
+                results[i] = EvalResult(SCAN_REJECTED if why.startswith(REFUSED) else COMPILE_ERROR, reason=why)
             else:
                 runnable.append((i, (cand, problem, str(library.resolve()))))
         if runnable:

@@ -6,9 +6,10 @@ assigned to the actor (CUDA_VISIBLE_DEVICES), so crash and hang isolation stay p
 evaluator (tests, scaling studies). Builds land in one artifacts folder, on several hosts a shared filesystem; the
 driver is the manifest's only writer.
 
-Faults: Ray restarts an actor whose process dies (ACTOR_RESTARTS times) and retries a build task whose worker died.
-The request a dead actor held goes back to the front of the queue, for the restarted actor or a survivor; verdicts
-already returned are kept. An actor killed for good (`ray.kill`) is dropped and the others go on. A request under
+Faults: Ray restarts an actor whose process dies (ACTOR_RESTARTS times: Ray's memory monitor, a kill, a lost node)
+and retries a build task whose worker died. The request a dead actor held goes back to the front of the queue, for
+the restarted actor or a survivor; verdicts already returned are kept. The actor gets work again once a probe shows
+it restarted; one killed for good (`ray.kill`, out of restarts) is dropped and the others go on. A request under
 which actors died MAX_DEATHS times gets a CRASH verdict, so that one candidate cannot take every actor down.
 Only this module and search.ray_cluster import ray, inside functions.
 """
@@ -28,8 +29,9 @@ from search.candidate import CRASH, Candidate, EvalResult, Problem
 from search.compile_farm import CompileFarm, artifact_paths, installed_kernels, nvcc_banner
 from search.simulate import SimulatedBackend
 
-ACTOR_RESTARTS = 3   # restarts Ray gives an actor whose process died
-MAX_DEATHS = 2       # actor deaths under one request before it is a CRASH
+ACTOR_RESTARTS = 5   # restarts Ray gives an actor whose process died (memory pressure, a kill, a lost node)
+MAX_DEATHS = 3       # actor deaths under one request before it is a CRASH (a candidate's own crash is caught in the
+                     # evaluation worker below the actor: actor deaths come from outside, so a request gets a few)
 
 
 def summary(exc: BaseException) -> str:
@@ -237,11 +239,12 @@ class RayBackend:
                 cand, problem = requests[i]
                 self._fault(f"evaluator actor died evaluating {cand.id} on {problem.key} "
                             f"(death {deaths[i]} of {MAX_DEATHS}): {summary(exc)}")
-                probing[actor.placement.remote()] = actor
+                probing[actor.placement.options(max_task_retries=-1).remote()] = actor  # waits out a restart
                 if deaths[i] < MAX_DEATHS:
                     queue.appendleft(i)
                     continue
-                result = EvalResult(CRASH, reason=f"{MAX_DEATHS} evaluator actors died evaluating it: {summary(exc)}")
+                result = EvalResult(CRASH, reason=f"the evaluator actor died {MAX_DEATHS} times evaluating it: "
+                                                  f"{summary(exc)}")
             else:
                 idle.append(actor)
             yield i, result
@@ -249,7 +252,8 @@ class RayBackend:
             self._probed(actor, ref, idle)
 
     def _probed(self, actor, ref, idle: list) -> None:
-        """A dead actor's probe came back: the actor is back (restarted) or gone for good (dropped)."""
+        """A dead actor's probe came back: the actor is back (restarted) or gone for good (dropped: killed with
+        ray.kill, out of restarts, or its node lost)."""
         try:
             self.ray.get(ref)
             idle.append(actor)

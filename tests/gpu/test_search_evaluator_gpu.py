@@ -1,6 +1,6 @@
 """The search's real evaluation path on a GPU: the compile farm builds a config and search-written C ABI kernels,
-the evaluator workers check and time them against cuBLASLt-autotune, and faulty or cheating kernels get their
-verdicts (INCORRECT, CRASH, HANG) without stopping the run.
+the judge checks and times them through a candidate runner against cuBLASLt-autotune, and faulty kernels get their
+verdicts (INCORRECT, CRASH, HANG) without stopping the run; honest kernels are not rejected.
 
     python3 -m pytest -m gpu tests/gpu/test_search_evaluator_gpu.py
 """
@@ -15,7 +15,7 @@ from search.candidate import CRASH, HANG, INCORRECT, OK, Candidate, Problem
 from search_abi_kernels import naive_source
 
 CONFIG = "sm80_cute_fp16_nt_64x64x64_s3_w4"
-PROBLEM = Problem("nt", "fp16", 256, 256, 4096)   # exact sums reach past 2048: fp16 accumulation is caught
+PROBLEM = Problem("nt", "fp16", 256, 256, 4096)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,8 @@ def backend(tmp_path_factory):
     if problem:
         pytest.skip(problem)
     major, minor = torch.cuda.get_device_capability()
-    local = LocalBackend(tmp_path_factory.mktemp("artifacts"), arch=major * 10 + minor, timeout_s=60.0, gpus=["0"])
+    local = LocalBackend(tmp_path_factory.mktemp("artifacts"), arch=major * 10 + minor, timeout_s=60.0, gpus=["0"],
+                         cases=2)
     yield local
     local.close()
 
@@ -35,16 +36,19 @@ def source(variant: str) -> Candidate:
 
 
 def test_config_and_naive_kernels_get_their_verdicts(backend):
-    cands = [Candidate(config=CONFIG, provenance="test"), source("correct"), source("wrong"),
-             source("fp16acc_hidden"), source("trap"), source("hang"), Candidate(config=CONFIG, knobs=(0, 1, 0))]
+    cands = [Candidate(config=CONFIG, provenance="test"), source("correct"), source("wrong"), source("trap"),
+             source("hang"), Candidate(config=CONFIG, knobs=(0, 1, 0))]
     outcomes = backend.compile(cands)
     assert all(o.ok for o in outcomes.values()), {k: o.log[-500:] for k, o in outcomes.items() if not o.ok}
     results = backend.evaluate([(c, PROBLEM) for c in cands])
+    for cand, r in zip(cands, results):
+        print(f"{cand.kernel_name} {cand.knobs}: {r.status} us={r.us} base={r.baseline_us} {r.reason[:300]}")
     statuses = [r.status for r in results]
-    assert statuses == [OK, OK, INCORRECT, INCORRECT, CRASH, HANG, OK], [(r.status, r.reason[:300]) for r in results]
+    assert statuses == [OK, OK, INCORRECT, CRASH, HANG, OK], [(r.status, r.reason[:300]) for r in results]
     config = results[0]
-    assert config.us > 0 and config.baseline_us > 0 and len(config.case_speedups) == 3
+    assert config.us > 0 and config.baseline_us > 0 and len(config.case_speedups) == 2
     assert config.max_rel_err is not None and config.gpu["arch"] == backend.environment()["arch"]
+    assert config.gpu["pdl_disabled"] is True and "runner" in config.gpu["evaluation"]
     assert results[1].speedup < config.speedup   # the naive SIMT kernel is slower than a CuTe tensor-core tile
-    assert results[3].reason.split(" check")[0] in ("random", "exact")
-    assert "no answer within 60 s" in results[5].reason
+    assert results[2].reason.split(" check")[0] in ("random", "exact", "exact_small_k")
+    assert "within" in results[4].reason and "killed" in results[4].reason
