@@ -16,11 +16,13 @@ from typing import Any
 OK = "ok"
 MALFORMED = "malformed"        # an answer that could not be parsed into a point or a source
 INFEASIBLE = "infeasible"      # a point the family's feasibility check rejects (reason: the check's)
-SCAN_REJECTED = "scan_rejected"  # a source with a banned construct (private stream, device sync, cuBLAS, ...)
+SCAN_REJECTED = "scan_rejected"  # a banned construct in the source, its preprocessed text or its object
 COMPILE_ERROR = "compile_error"
 UNSUPPORTED = "unsupported"    # the kernel's can_implement refused the problem
-INCORRECT = "incorrect"        # failed a correctness check (random, exact-integer, NaN/guard, re-check after timing)
-SUSPICIOUS = "suspicious"      # timing disagreement (events vs wall clock), above the roofline
+INCORRECT = "incorrect"        # failed a correctness check (random, exact-integer, NaN/guard, stream, outputs of the
+                               # timed replays and eager calls)
+SUSPICIOUS = "suspicious"      # work missing from the captured graph, timing disagreement (judge vs runner events,
+                               # events vs wall clock), above the roofline
 CRASH = "crash"                # the evaluation worker died (fault, abort); the candidate is blamed
 HANG = "hang"                  # the evaluation worker exceeded its time limit and was killed
 STATUSES = (OK, MALFORMED, INFEASIBLE, SCAN_REJECTED, COMPILE_ERROR, UNSUPPORTED, INCORRECT, SUSPICIOUS, CRASH, HANG)
@@ -85,11 +87,12 @@ class Candidate:
 class EvalResult:
     """The verdict on one candidate for one problem.
 
-    `us`: the candidate's kernel-mode time per call (median over test cases' medians) when status is OK;
-    `baseline_us`: cuBLASLt-autotune on the same problem, timed in the same process; `case_speedups`: baseline /
-    candidate per test case (the paper's reward averages these); `max_rel_err`: worst relative error against the
-    fp32 reference over the checks; `reason`: why it was not OK (compiler output excerpt, failed check, scan hit);
-    `gpu`: the evaluating GPU's environment summary; `compile_s` / `eval_s`: wall time spent.
+    `us`: the candidate's kernel-mode time per call (median over test cases), taken by the judge's own events
+    around the candidate runner's work, when status is OK; `baseline_us`: cuBLASLt-autotune on the same problem and
+    buffers, timed by the judge; `case_speedups`: baseline / candidate per test case (the paper's reward averages
+    these); `max_rel_err`: worst relative error against the fp32 reference over the timed outputs; `reason`: why it
+    was not OK (compiler output excerpt, failed check, scan hit); `gpu`: the evaluating GPU's environment summary;
+    `compile_s` / `eval_s`: wall time spent.
     """
 
     status: str

@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import math
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from search.backend import CompileOutcome
 from search.candidate import COMPILE_ERROR, CRASH, INCORRECT, OK, UNSUPPORTED, Candidate, EvalResult, Problem
@@ -129,8 +129,26 @@ def _auto_splits(cfg: HgemmConfig, tiles: int, k: int, sm_count: int) -> int:
     return 1
 
 
-def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: int, gpu: SimGpu) -> float:
-    """The noise-free simulated time (us) of `cfg` with runtime `knobs` on an M x N x K problem on `gpu`."""
+class ModelTerms(NamedTuple):
+    """The parts of one simulated time (us): `total` = launch + max(compute, dram, l2) + reduce; `waves` of CTA
+    tiles (split-K parts included) over the SMs and the per-SM efficiency `eff` the compute time assumed."""
+
+    launch: float
+    compute: float
+    dram: float
+    l2: float
+    reduce: float
+    waves: int
+    eff: float
+
+    @property
+    def total(self) -> float:
+        """The simulated time (us)."""
+        return self.launch + max(self.compute, self.dram, self.l2) + self.reduce
+
+
+def model_terms(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: int, gpu: SimGpu) -> ModelTerms:
+    """The noise-free terms of the simulated time of `cfg` with runtime `knobs` on an M x N x K problem on `gpu`."""
     splits, swizzle, raster = knobs
     rows, cols = (n, m) if cfg.swap_ab else (m, n)
     tiles_m = math.ceil(math.ceil(rows / cfg.tile_m) / cfg.cluster_m) * cfg.cluster_m
@@ -172,7 +190,13 @@ def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: i
     reduce_us = 0.0
     if parts > 1 and cfg.scheduler != "streamk":
         reduce_us = 2.0 + 8.0 * m * n * parts / gpu.dram_bytes_per_us
-    return LAUNCH_US[cfg.family] + max(compute_us, dram_us, l2_bytes / gpu.l2_bytes_per_us) + reduce_us
+    return ModelTerms(LAUNCH_US[cfg.family], compute_us, dram_us, l2_bytes / gpu.l2_bytes_per_us, reduce_us, waves,
+                      eff)
+
+
+def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: int, gpu: SimGpu) -> float:
+    """The noise-free simulated time (us) of `cfg` with runtime `knobs` on an M x N x K problem on `gpu`."""
+    return model_terms(cfg, knobs, m, n, k, gpu).total
 
 
 def baseline_model_us(problem: Problem, gpu: SimGpu) -> float:
