@@ -177,11 +177,12 @@ def find_source(name: str) -> Path:
 
 
 def table_kernel_names() -> set[str]:
-    """Kernel names referenced by the committed tables `kernels/<arch_dir>/*.json`."""
+    """Kernel names referenced by the committed tables `kernels/<arch_dir>/*.json` (entries that name a cuBLASLt
+    configuration instead name no kernel)."""
     names: set[str] = set()
     for path in KERNELS_DIR.glob("*/*.json"):
         table = json.loads(path.read_text())
-        names.update(entry["kernel"] for entry in table.get("entries", {}).values())
+        names.update(entry["kernel"] for entry in table.get("entries", {}).values() if entry.get("kernel"))
     return names
 
 

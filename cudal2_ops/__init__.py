@@ -6,8 +6,11 @@
     cudal2_ops.patch_linear(model)         # route a model's nn.Linear layers through cudal2_ops.linear
     cudal2_ops.explain(a, b)               # which kernel or cuBLASLt algorithm runs, and why
 
-Per-GPU tables pick a tuned kernel where it beat cuBLASLt; everything else runs cuBLASLt (autotuned with
-CUDAL2_TUNE=1) or, for non-CUDA / non-half inputs, torch itself.
+    with cudal2_ops.record_problems("p.json"): model(x)   # then: python -m cudal2_ops.tune --problems p.json
+
+Per-GPU tables hold a measured choice per problem (a tuned kernel where it beat cuBLASLt, else the fastest cuBLASLt
+configuration); problems they do not list run cuBLASLt's heuristic (autotuned with CUDAL2_TUNE=1); non-CUDA /
+non-half inputs run torch itself.
 """
 from __future__ import annotations
 

@@ -90,7 +90,8 @@ def explain(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, 
     """Which path `matmul(a, b)` (layout "nn", b [K, N]) or `linear(a, b, bias)` (layout "nt", b [N, K]) would take.
 
     Returns a dict with `path` ("kernel" | "cublaslt" | "torch"), `reason`, and the kernel name and knobs or the
-    cuBLASLt choice. Validates the arguments as the call would (TypeError for a non-tensor, RuntimeError for operands
+    cuBLASLt choice: `cublaslt_policy` ("table": the table's measured configuration; "tuned": from CUDAL2_TUNE or its
+    file; "autotune": CUDAL2_TUNE on, not yet tuned; "heuristic") and `cublaslt_config` (its attributes). Validates the arguments as the call would (TypeError for a non-tensor, RuntimeError for operands
     torch rejects, on every device). Runs no GPU work.
     """
     _raise_for_non_tensors("explain", a=a, b=b, bias=bias)

@@ -275,6 +275,7 @@ class Summary:
     changed: int = 0
     over_heuristic: list[float] = field(default_factory=list)  # heuristic time / chosen time per problem
     seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # not started before the deadline
 
     def lines(self) -> list[str]:
         geo = math.exp(statistics.fmean(math.log(r) for r in self.over_heuristic)) if self.over_heuristic else None
@@ -283,7 +284,8 @@ class Summary:
                 f"{self.new} new entries, {self.changed} changed choices, {len(self.unsupported)} without any runnable "
                 f"cuBLASLt algorithm" + (f" (e.g. {self.unsupported[0]})" if self.unsupported else ""),
                 "chosen vs cuBLASLt's heuristic choice: " + (f"geomean {geo:.3f}x, worst {min(self.over_heuristic):.3f}x, "
-                                                             f"best {max(self.over_heuristic):.3f}x" if geo else "n/a")]
+                                                             f"best {max(self.over_heuristic):.3f}x" if geo else "n/a")] + (
+            [f"{len(self.skipped)} problems not tuned: the time budget ran out"] if self.skipped else [])
 
 
 def choice_of(entry: dict) -> tuple:
@@ -294,15 +296,19 @@ def choice_of(entry: dict) -> tuple:
 
 
 def tune(problems: list[Problem], base_entries: dict, kernels_mode: str = "table", margin: float = DEFAULT_MARGIN,
-         progress: bool = True) -> tuple[dict, Summary]:
-    """Tunes `problems` (see the module docstring); returns their entries and a summary against `base_entries`."""
+         progress: bool = True, deadline: float | None = None) -> tuple[dict, Summary]:
+    """Tunes `problems` (see the module docstring); returns their entries and a summary against `base_entries`.
+    With a `deadline` (time.perf_counter() value) no problem is started after it; the rest are in summary.skipped."""
     from cudal2_ops._extension import _C
 
     if _C is None:
         raise RuntimeError("cudal2_ops: the compiled extension is not loaded; tuning needs it and a CUDA GPU")
     os.environ["CUDAL2_DISABLE_PDL"] = "1"  # read once, at the first kernel launch: rewards without PDL overlap
     summary, entries, t0 = Summary(), {}, time.perf_counter()
-    for problem in _progress(problems, progress):
+    for i, problem in enumerate(_progress(problems, progress)):
+        if deadline is not None and time.perf_counter() > deadline:
+            summary.skipped = [p.key for p in problems[i:]]
+            break
         entry = tune_problem(problem, kernel_candidates(problem, kernels_mode, base_entries.get(problem.key)), margin)
         if not entry:
             summary.unsupported.append(problem.key)

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the table to write")
     parser.add_argument("--results", type=Path, required=True, help="the results file to write")
     parser.add_argument("--margin", type=float, default=tune.DEFAULT_MARGIN)
+    parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
+                        "file lists those left); problems run smallest first")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("tune_grid: needs a CUDA GPU", file=sys.stderr)
@@ -58,16 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     base = json.loads(args.base.read_text()) if args.base.exists() else None
     base_entries = (base or {}).get("entries", {})
     runs, entries = [], {}
+    deadline = time.perf_counter() + args.budget_s if args.budget_s else None
     for shape_set in args.shapes.split(","):
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
-                problems = problems_of(shape_set, layout, dtype, args.sample, args.seed)
+                problems = sorted(problems_of(shape_set, layout, dtype, args.sample, args.seed),
+                                  key=lambda p: p.m * p.n * p.k)
                 t0 = time.perf_counter()
-                tuned, summary = tune.tune(problems, base_entries, "table", args.margin, progress=False)
+                tuned, summary = tune.tune(problems, base_entries, "table", args.margin, progress=False,
+                                           deadline=deadline)
                 entries.update(tuned)
                 runs.append({"shapes": shapes.set_label(shape_set, args.sample), "layout": layout, "dtype": dtype,
                              "problems": len(problems), "seconds": round(time.perf_counter() - t0, 1),
-                             "summary": summary.lines(), "unsupported": summary.unsupported})
+                             "summary": summary.lines(), "unsupported": summary.unsupported,
+                             "skipped": summary.skipped})
                 print(f"[{shape_set} {layout} {dtype}] " + " | ".join(summary.lines()), flush=True)
                 write(args, base, entries, runs)  # after each part: a run cut short keeps what it measured
     print(f"wrote {args.out} and {args.results}: {len(entries)} problems in "

@@ -71,13 +71,14 @@ def merge_into(existing: dict, table: dict, measured: list[Measured]) -> dict:
     """`table` plus the entries of `existing` (same GPU) that the measurements give no reason to drop: every entry of
     a problem not measured, and the entry of a measured problem without a new winner unless that entry's own kernel
     and knobs were measured there (a few candidates that all lose to cuBLASLt say nothing about an older winner they
-    did not try). A table of another GPU (SM count differs) is replaced."""
+    did not try; an entry naming a cuBLASLt configuration is never measured by the search, so it stays). A table of
+    another GPU (SM count differs) is replaced."""
     old, new = existing["header"], table["header"]
     if (old.get("gpu_name"), old.get("sm_count")) != (new["gpu_name"], new["sm_count"]):
         return table
     tried = {m.key: {(c.kernel, c.knobs) for c in m.candidates} for m in measured}
     kept = {key: entry for key, entry in existing["entries"].items() if key not in table["entries"] and
-            (entry["kernel"], Knobs.from_dict(entry)) not in tried.get(key, set())}
+            (entry.get("kernel"), Knobs.from_dict(entry)) not in tried.get(key, set())}
     header = {**new, "kept_from": {"search_run": old.get("search_run"), "entries": len(kept)}}
     header["rules"] = {"nearest_m_up": bool(new["rules"]["nearest_m_up"] and old.get("rules", {}).get(
         "nearest_m_up", False))}
@@ -95,7 +96,7 @@ def emit(store: Store, root: Path, kernel_budget: int = DEFAULT_KERNEL_BUDGET, m
             table = merge_into(json.loads(path.read_text()), table, gpu.measured)
         write_if_changed(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
         written.append(path)
-        for kernel in sorted({e["kernel"] for e in table["entries"].values()} & set(gpu.candidate_ids)):
+        for kernel in sorted({e.get("kernel") for e in table["entries"].values()} & set(gpu.candidate_ids)):
             cand = store.candidate(gpu.candidate_ids[kernel])  # kept entries' kernels exist already
             if cand.config:
                 written.append(write_kernel(HgemmConfig.from_name(cand.config), root))

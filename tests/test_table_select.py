@@ -79,6 +79,23 @@ def test_sweeps_of_different_gpus_do_not_merge():
 TUNED = {"nvidia_h100_80gb_hbm3": "tune_grid_g1000_fp16_2026-11-25.json.gz"}
 
 
+def test_emit_merge_keeps_what_the_measurements_do_not_contradict():
+    """Against an older table of the same GPU: a new winner replaces its entry; an older kernel entry measured again
+    (same kernel and knobs) without winning goes; cuBLASLt-configuration entries and unmeasured problems stay."""
+    existing = {"header": {**ENV, "search_run": "old", "rules": {"nearest_m_up": False}},
+                "entries": {"nt_fp16_1_64_64": {"kernel": "old_k"},
+                            "nt_fp16_2_64_64": {"kernel": "lost", "splits": 2},
+                            "nt_fp16_4_64_64": {"cublaslt": [1, 2, 3]},
+                            "nt_fp16_8_64_64": {"kernel": "unmeasured"}}}
+    rows = [row(1, 10.0, ("new_k", 5.0, True)), row(2, 10.0, ("lost", 11.0, True)), row(4, 10.0, ("x", 12.0, True))]
+    rows[1]["candidates"][0]["splits"] = 2
+    measured = table_select.from_sweep_rows(rows)
+    merged = emit.merge_into(existing, table_select.build_table(measured, ENV, "new", "p"), measured)
+    assert {key: e.get("kernel", "cublaslt") for key, e in merged["entries"].items()} == {
+        "nt_fp16_1_64_64": "new_k", "nt_fp16_4_64_64": "cublaslt", "nt_fp16_8_64_64": "unmeasured"}
+    assert merged["header"]["kept_from"] == {"search_run": "old", "entries": 2}
+
+
 def test_committed_tables_are_reproduced_from_their_results(tmp_path):
     """Each committed sm90 table is exactly what the tools build from the committed results its header names: the
     sweeps through table_select, then (H200) the search store through `search emit`, merged. No entry is hand-edited."""
