@@ -21,7 +21,7 @@ from cudal2_testing.measure import env, shapes
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.lt_route_overhead", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=40, help="problems (a stratified sample below 2^28 FLOPs)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per problem")
     parser.add_argument("--out", type=Path, required=True)

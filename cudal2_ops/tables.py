@@ -16,7 +16,10 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudal2_catalog.config import Knobs
+
 SCHEMA_VERSION = 1
+LAYOUTS, DTYPES = ("nn", "nt"), ("fp16", "bf16")
 # The fields of an entry's "cublaslt" configuration, in the order the extension takes them (it checks this order
 # against its own, csrc/cublaslt_config.cpp, when a table is installed).
 LT_CONFIG_FIELDS = ("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
@@ -40,10 +43,32 @@ def entry_key(layout: str, dtype: str, m: int, n: int, k: int) -> str:
     return f"{layout}_{dtype}_{m}_{n}_{k}"
 
 
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One GEMM problem as the table keys it: D[M, N] = A[M, K] @ B, B [K, N] ("nn") or [N, K] ("nt")."""
+
+    layout: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS or self.dtype not in DTYPES:
+            raise ValueError(f"problem {self}: layout must be one of {LAYOUTS} and dtype one of {DTYPES}")
+        if min(self.m, self.n, self.k) < 1:
+            raise ValueError(f"problem {self}: M, N and K must be >= 1")
+
+    @property
+    def key(self) -> str:
+        """The problem's table key (`entry_key`)."""
+        return entry_key(self.layout, self.dtype, self.m, self.n, self.k)
+
+
 def parse_key(key: str) -> tuple[str, str, int, int, int]:
     """Inverse of entry_key."""
     layout, dtype, m, n, k = key.split("_")
-    if layout not in ("nn", "nt") or dtype not in ("fp16", "bf16"):
+    if layout not in LAYOUTS or dtype not in DTYPES:
         raise ValueError(f"bad table key {key!r}: expected <nn|nt>_<fp16|bf16>_M_N_K")
     return layout, dtype, int(m), int(n), int(k)
 
@@ -197,8 +222,7 @@ def table_rows(table: Table) -> list[tuple]:
     rows = []
     for key, entry in table.entries.items():
         layout, dtype, m, n, k = parse_key(key)
-        rows.append((layout, dtype, m, n, k, entry.get("kernel", ""), int(entry.get("splits", 0)),
-                     int(entry.get("swizzle", 0)), int(entry.get("raster", 0)), cublaslt_fields(entry)))
+        rows.append((layout, dtype, m, n, k, entry.get("kernel", ""), *Knobs.from_dict(entry), cublaslt_fields(entry)))
     return rows
 
 

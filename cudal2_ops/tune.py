@@ -25,32 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cudal2_catalog.config import DEFAULT_KNOBS, Knobs
+from cudal2_ops.tables import Problem
+
 PROBLEMS_FORMAT = "cudal2-problems-1"
 DEFAULT_MARGIN = 0.03   # a kernel must beat the best cuBLASLt configuration by 3% (the tables' margin)
 RETIME_TOP = 5          # the fastest configurations timed again, longer, before one is chosen
 REL_TOL = {"fp16": 1e-3, "bf16": 8e-3}
-LAYOUTS, DTYPES = ("nn", "nt"), ("fp16", "bf16")
-
-
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One GEMM problem as the table keys it: D[M, N] = A[M, K] @ B, B [K, N] ("nn") or [N, K] ("nt")."""
-
-    layout: str
-    dtype: str
-    m: int
-    n: int
-    k: int
-
-    def __post_init__(self):
-        if self.layout not in LAYOUTS or self.dtype not in DTYPES:
-            raise ValueError(f"problem {self}: layout must be one of {LAYOUTS} and dtype one of {DTYPES}")
-        if min(self.m, self.n, self.k) < 1:
-            raise ValueError(f"problem {self}: M, N and K must be >= 1")
-
-    @property
-    def key(self) -> str:
-        return f"{self.layout}_{self.dtype}_{self.m}_{self.n}_{self.k}"
 
 
 def read_problems(path: Path) -> list[Problem]:
@@ -137,7 +118,7 @@ class Timed:
     us: float
     config: list[int] | None = None
     kernel: str | None = None
-    knobs: tuple[int, int, int] = (0, 0, 0)
+    knobs: Knobs = DEFAULT_KNOBS
 
 
 def fastest(candidates: list[Timed], run: Callable[[Timed], object], retime: int = RETIME_TOP) -> list[Timed]:
@@ -197,13 +178,13 @@ class ProblemRun:
 
         _C.tuning.run_lt_config(self.a, self.b, None, self.out, self.problem.layout, config)
 
-    def run_kernel(self, name: str, knobs: tuple[int, int, int]) -> None:
+    def run_kernel(self, name: str, knobs: Knobs) -> None:
         from cudal2_ops._extension import _C
 
         _C.tuning.run_kernel(name, self.a, self.b, None, self.out, self.problem.layout, *knobs)
 
 
-def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None) -> list[tuple[str, tuple[int, int, int]]]:
+def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None) -> list[tuple[str, Knobs]]:
     """Kernels to time for `problem`: none; the base table's kernel for it ("table"); or every loaded kernel of the
     problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all")."""
     import torch
@@ -212,20 +193,19 @@ def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None) -> l
 
     found = []
     if base_entry and base_entry.get("kernel") and mode in ("table", "all"):
-        found.append((base_entry["kernel"], (int(base_entry.get("splits", 0)), int(base_entry.get("swizzle", 0)),
-                                             int(base_entry.get("raster", 0)))))
+        found.append((base_entry["kernel"], Knobs.from_dict(base_entry)))
     if mode == "all":
         major, minor = torch.cuda.get_device_capability()
         cc = 10 * major + minor
         for name in sorted(_C.kernel_names()):
             info = _C.kernel_info(name)
             if (info["layout"] == problem.layout and info["dtype"] == problem.dtype
-                    and info["sm_min"] <= cc <= info["sm_max"] and (name, (0, 0, 0)) not in found):
-                found.append((name, (0, 0, 0)))
+                    and info["sm_min"] <= cc <= info["sm_max"] and (name, DEFAULT_KNOBS) not in found):
+                found.append((name, DEFAULT_KNOBS))
     return found
 
 
-def tune_problem(problem: Problem, kernels: list[tuple[str, tuple[int, int, int]]], margin: float) -> dict:
+def tune_problem(problem: Problem, kernels: list[tuple[str, Knobs]], margin: float) -> dict:
     """The table entry of one problem (see the module docstring); {} when cuBLASLt has nothing that runs it."""
     from cudal2_ops import tables
     from cudal2_ops._extension import _C
@@ -259,8 +239,8 @@ def tune_problem(problem: Problem, kernels: list[tuple[str, tuple[int, int, int]
         win = next((c for c in ranked_kernels if c.us * (1 + margin) <= best.us
                     and run.correct(lambda c=c: run.run_kernel(c.kernel, c.knobs))), None)
         if win is not None:
-            entry.update(kernel=win.kernel, splits=win.knobs[0], swizzle=win.knobs[1], raster=win.knobs[2],
-                         kernel_us=round(win.us, 3), speedup=round(best.us / win.us, 4))
+            entry.update(kernel=win.kernel, **win.knobs.to_dict(), kernel_us=round(win.us, 3),
+                         speedup=round(best.us / win.us, 4))
     return entry
 
 
@@ -291,7 +271,7 @@ class Summary:
 def choice_of(entry: dict) -> tuple:
     """What an entry runs (for 'changed' counts): the kernel with its knobs, else the cuBLASLt configuration."""
     if entry.get("kernel"):
-        return ("kernel", entry["kernel"], entry.get("splits", 0), entry.get("swizzle", 0), entry.get("raster", 0))
+        return ("kernel", entry["kernel"], *Knobs.from_dict(entry))
     return ("cublaslt", tuple(sorted((entry.get("cublaslt") or {}).items())))
 
 

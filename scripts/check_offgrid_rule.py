@@ -92,7 +92,8 @@ def verdict(rows: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python3 scripts/check_offgrid_rule.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--table", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--layouts", default="nn,nt")

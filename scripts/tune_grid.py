@@ -40,7 +40,8 @@ def write(args: argparse.Namespace, base: dict | None, entries: dict, runs: list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python3 scripts/tune_grid.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="g1000,llm", help="comma-separated shape sets (g1000, llm)")
     parser.add_argument("--layouts", default="nn,nt")
     parser.add_argument("--dtypes", default="fp16,bf16")

@@ -6,24 +6,41 @@ Implementations: `search.simulate.SimulatedBackend` (CPU cost model, tests), `se
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
-from search.candidate import Candidate, EvalResult, Problem
+from search.candidate import COMPILE_ERROR, SCAN_REJECTED, Candidate, EvalResult, Problem
+
+BUILD_FAILURES = (COMPILE_ERROR, SCAN_REJECTED)
+REFUSED = "REFUSED"  # first word of the log of a build refused for a banned construct (status SCAN_REJECTED)
 
 
 @dataclasses.dataclass
 class CompileOutcome:
-    """One build: whether it compiled, the shared library's path, the compiler log and the wall time it took."""
+    """One build: whether it compiled, the shared library's path, the compiler log and the wall time it took.
+
+    `status` is the verdict a failed build's candidates get: COMPILE_ERROR (it does not build; the default when a
+    failed build names none) or SCAN_REJECTED (the compile farm refused the source for a banned construct before or
+    after compiling it; the log says which). A build that compiled has status "".
+    """
 
     ok: bool
     artifact: str = ""
     log: str = ""
     seconds: float = 0.0
+    status: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ok and self.status:
+            raise ValueError(f"a build that compiled has no failure status (got {self.status!r})")
+        if not self.ok:
+            self.status = self.status or COMPILE_ERROR
+            if self.status not in BUILD_FAILURES:
+                raise ValueError(f"unknown build failure status {self.status!r}; one of {BUILD_FAILURES}")
 
 
 class Backend(Protocol):
     """Compiles builds and evaluates (candidate, problem) pairs; the cuBLASLt baseline of each problem is timed
-    inside `evaluate`, in the same process as the candidate."""
+    inside `evaluate`, by the same judge, on the same GPU and buffers as the candidate."""
 
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
         """Builds each distinct `Candidate.build_key`; the outcome per build key."""
@@ -44,3 +61,14 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Releases workers and GPUs."""
+
+
+def in_request_order(verdicts: Iterable[tuple[int, EvalResult]], count: int) -> list[EvalResult]:
+    """The verdicts of an `evaluate_iter` as `evaluate` returns them: one per request, in request order."""
+    results: list[EvalResult | None] = [None] * count
+    for index, result in verdicts:
+        results[index] = result
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        raise RuntimeError(f"the backend gave no verdict for {len(missing)} of {count} requests (first: {missing[0]})")
+    return results

@@ -12,6 +12,8 @@ import hashlib
 import json
 from typing import Any
 
+from cudal2_ops.tables import Problem  # noqa: F401 (the search's problem type; re-exported)
+
 # Verdicts, in pipeline order. Only OK candidates carry times; every other status carries its reason.
 OK = "ok"
 MALFORMED = "malformed"        # an answer that could not be parsed into a point or a source
@@ -26,22 +28,6 @@ SUSPICIOUS = "suspicious"      # work missing from the captured graph, timing di
 CRASH = "crash"                # the evaluation worker died (fault, abort); the candidate is blamed
 HANG = "hang"                  # the evaluation worker exceeded its time limit and was killed
 STATUSES = (OK, MALFORMED, INFEASIBLE, SCAN_REJECTED, COMPILE_ERROR, UNSUPPORTED, INCORRECT, SUSPICIOUS, CRASH, HANG)
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """One GEMM problem of the search: D[M, N] = A[M, K] @ op(B) in `dtype` ("fp16" | "bf16"), `layout` "nn" | "nt"."""
-
-    layout: str
-    dtype: str
-    m: int
-    n: int
-    k: int
-
-    @property
-    def key(self) -> str:
-        """The table key of the problem, e.g. `nt_fp16_64_4096_4096` (as cudal2_ops.tables.entry_key)."""
-        return f"{self.layout}_{self.dtype}_{self.m}_{self.n}_{self.k}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,10 +4,10 @@ Config candidates are rendered with `cudal2_catalog.codegen.render` and compiled
 content-hash object cache (same nvcc flags, ptxas C7510 fatal), so a rebuild is a link. Source candidates (C ABI
 kernels written by the search) are untrusted: `search.source_build` scans them as written and as preprocessed,
 checks every file they include, compiles them with a time limit and an output cap and checks the object before it
-is linked; a refusal's log starts with REFUSED. Each build lands as `<artifacts>/<build_key>.so` with its compiler log
-`<build_key>.log` (truncated); `manifest.json` records build_key -> library, ok, log, seconds, and the nvcc version
-and target archs, so that an artifacts folder built on a CPU machine (`--compile-only`) can be carried to the GPU
-machine and evaluated there.
+is linked; a refusal's outcome has status SCAN_REJECTED and its log starts with REFUSED. Each build lands as
+`<artifacts>/<build_key>.so` with its compiler log `<build_key>.log` (truncated); `manifest.json` records build_key
+-> library, ok, log, seconds, and the nvcc version and target archs, so that an artifacts folder built on a CPU
+machine (`--compile-only`) can be carried to the GPU machine and evaluated there.
 """
 from __future__ import annotations
 
@@ -21,15 +21,18 @@ from pathlib import Path
 from build_tools import kernel_lib
 from cudal2_catalog import codegen
 from cudal2_catalog.config import HgemmConfig
-from search.backend import CompileOutcome
-from search.candidate import Candidate
+from search.backend import REFUSED, CompileOutcome
+from search.candidate import COMPILE_ERROR, SCAN_REJECTED, Candidate
 from search.source_build import COMPILE_TIMEOUT_S, LOG_CAP, REJECTED, build_source_object
 
 MANIFEST = "manifest.json"
 INSTALLED_LIBRARY = Path(kernel_lib.REPO_ROOT) / "cudal2_ops" / "libcudal2_kernels.so"
 LOG_TAIL = 6000  # characters of compiler output kept in an outcome (the .log file keeps up to LOG_CAP)
-REFUSED = "REFUSED"  # first word of the log of a source refused for a banned construct (a cheat, not a typo)
 SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,95}")
+
+
+class SourceRefused(kernel_lib.KernelBuildError):
+    """A search-written source refused for a banned construct: its build's status is SCAN_REJECTED."""
 
 
 def source_arch_dir(source: str) -> str:
@@ -114,6 +117,7 @@ class CompileFarm:
         start = time.monotonic()
         key = cand.build_key
         library, log_path = self.artifacts / f"{key}.so", self.artifacts / f"{key}.log"
+        status = ""
         try:
             if cand.config in self.prebuilt:
                 library = self.prebuilt[cand.config]
@@ -124,10 +128,11 @@ class CompileFarm:
         except (kernel_lib.KernelBuildError, ValueError) as exc:
             library.unlink(missing_ok=True)
             ok, log = False, str(exc)
+            status = SCAN_REJECTED if isinstance(exc, SourceRefused) else COMPILE_ERROR
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(log[:LOG_CAP])
         return CompileOutcome(ok=ok, artifact=str(library) if ok else "", log=log[-LOG_TAIL:],
-                              seconds=time.monotonic() - start)
+                              seconds=time.monotonic() - start, status=status)
 
     def _compile(self, cand: Candidate, library: Path) -> None:
         """Renders (configs) or writes (sources) the candidate's .cu under `src/<build_key>/`, compiles it (configs
@@ -144,9 +149,10 @@ class CompileFarm:
             obj = source.with_suffix(".o")
             built = build_source_object(source.resolve(), arch_dir, self.archs, obj.resolve(), self.compile_timeout_s)
             if not built.ok:
-                head = (f"{REFUSED} (banned constructs): " if built.status == REJECTED else "build failed: ")
-                raise kernel_lib.KernelBuildError(head + "; ".join(built.reasons) + ("\n" + built.log if built.log
-                                                                                      else ""))
+                refused = built.status == REJECTED
+                error = SourceRefused if refused else kernel_lib.KernelBuildError
+                raise error((f"{REFUSED} (banned constructs): " if refused else "build failed: ") +
+                            "; ".join(built.reasons) + ("\n" + built.log if built.log else ""))
         kernel_lib.link_library({name: obj}, library, self.archs)
 
     def record(self, outcomes: dict[str, CompileOutcome]) -> None:

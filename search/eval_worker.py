@@ -8,7 +8,9 @@ Candidate code never runs in this process. Each request starts a fresh candidate
 process that loads the candidate's library; it runs the kernel on buffers this process owns and shares with it, and
 is killed after the request. Everything the verdict rests on is computed here, from this process's memory and its
 own CUDA events: the outputs (read back and compared with fp32 references here), the candidate's time (this
-process's events around the runner's replay, `judge_timing.Bracket`), the baseline (cuBLASLt-autotune, timed here
+process's events around the runner's replay, `judge_timing.Bracket`), the baseline (cuBLASLt-autotune as the
+benchmarks and the tables define it, `cudal2_testing.lt_baseline.AutotunedLt`: every heuristic candidate timed by
+CUDA-graph replay, the fastest kept per problem for the worker's life; its choice timed here like the candidate,
 before the runner starts, so a candidate cannot slow it down) and the wall clock. So a constructor or a launcher
 that patches Python (should one pass the object check of `search.object_check`) patches only the runner: it can make
 the runner lie about what it did, but not change what this process reads and measures; what it could still forge
@@ -63,7 +65,8 @@ FORBIDDEN_NODES = ("host", "mem_alloc", "mem_free", "semaphore_signal", "semapho
                    "batch_mem_op")
 PROTOCOL = ("judge: candidate in a separate runner process; kernel-mode time = the judge's CUDA events around the "
             "runner's graph replay of R calls on R (A_i, D_i) sets with one warm B, less an empty replay's bracket; "
-            "baseline cuBLASLt-autotune timed in the judge over the same sets; every output checked after every "
+            "baseline cuBLASLt-autotune (every heuristic candidate timed by graph replay, the fastest kept: "
+            "cudal2_testing.lt_baseline) timed in the judge over the same sets; every output checked after every "
             "replay; PDL off")
 
 
@@ -100,13 +103,15 @@ class GpuEvaluator:
         from cudal2_testing.measure import timing  # noqa: PLC0415
         from cudal2_testing.correctness.inputs import GUARD_BYTES, random_inputs  # noqa: PLC0415
         from cudal2_testing.correctness.reference import DTYPES  # noqa: PLC0415
+        from cudal2_testing.lt_baseline import AutotunedLt  # noqa: PLC0415
         from search import judge_timing, runner_client  # noqa: PLC0415
         from search.cuda_runtime import Runtime  # noqa: PLC0415
         if _C is None or not torch.cuda.is_available():
             raise RuntimeError("the evaluation worker needs the compiled extension and a CUDA GPU")
-        self.torch, self._C, self.checks, self.timing = torch, _C, checks, timing
+        self.torch, self.checks, self.timing = torch, checks, timing
         self.jt, self.rc, self.rt = judge_timing, runner_client, Runtime()
         self.dtypes, self.guard_bytes, self.random_inputs = DTYPES, GUARD_BYTES, random_inputs
+        self.baseline = {layout: AutotunedLt(layout) for layout in ("nn", "nt")}  # choices kept per problem
         self.environment = kernel_timing.environment()
         self.environment["arch"] = self.environment["capability"][0] * 10 + self.environment["capability"][1]
         known_peak = os.environ.get(PEAK_ENV)
@@ -116,8 +121,11 @@ class GpuEvaluator:
 
     # -- the baseline, timed before any runner exists ------------------------------------------------------------
     def _baseline_call(self, sets):
+        """call(i): the baseline on set i (its configuration already chosen by `_baseline_estimate_us`)."""
+        baseline = self.baseline[sets.layout]
+
         def call(i: int) -> None:
-            self._C.testing.cublaslt_matmul(sets.a[i], sets.b, None, sets.d[i], sets.layout, "autotune")
+            baseline(sets.a[i], sets.b, sets.d[i])
         return call
 
     def _baseline_estimate_us(self, problem: Problem, dtype) -> float:
@@ -126,10 +134,11 @@ class GpuEvaluator:
         b = torch.randn((problem.k, problem.n) if problem.layout == "nn" else (problem.n, problem.k), device="cuda",
                         dtype=dtype)
         out = torch.empty(problem.m, problem.n, device="cuda", dtype=dtype)
+        baseline = self.baseline[problem.layout]
 
         def call(i: int) -> None:
-            self._C.testing.cublaslt_matmul(a, b, None, out, problem.layout, "autotune")
-        call(0)   # autotunes
+            baseline(a, b, out)
+        call(0)   # selects the configuration (the first call of a problem; never inside a capture)
         return self.timing.estimate_ms(call, 1) * 1e3
 
     def _wall_us(self, call, calls: int, count: int) -> float:

@@ -3,7 +3,8 @@ hang isolation.
 
 A request that makes its worker exit (a fault, an abort) is a CRASH; one that outlives `timeout_s` is a HANG: the
 worker is killed and restarted, the verdict carries the reason (exit status and the tail of the worker's stderr),
-and the other requests go on. Requests are spread over the workers; results come back in request order. Workers
+and the other requests go on. Requests are spread over the workers; `evaluate_iter` hands each verdict back as its
+worker answers (so the search can store it at once), `evaluate` all of them in request order. Workers
 run with PDL off (CUDAL2_DISABLE_PDL=1, whatever the caller's environment says): rewards are measured without the
 overlap PDL gives back-to-back calls, and the workers' environment (hence the store's run metadata) records it.
 """
@@ -17,8 +18,9 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from search.backend import in_request_order
 from search.candidate import CRASH, HANG, Candidate, EvalResult, Problem
 from search.eval_worker import PDL_ENV, PEAK_ENV
 
@@ -139,28 +141,53 @@ class EvaluatorPool:
 
     def evaluate(self, requests: list[tuple[Candidate, Problem, str]], seed: int = 0) -> list[EvalResult]:
         """Verdicts on (candidate, problem, shared library path) triples, in order."""
-        results: list[EvalResult | None] = [None] * len(requests)
+        return in_request_order(self.evaluate_iter(requests, seed), len(requests))
+
+    def evaluate_iter(self, requests: list[tuple[Candidate, Problem, str]],
+                      seed: int = 0) -> Iterator[tuple[int, EvalResult]]:
+        """(request index, verdict) of (candidate, problem, shared library path) triples, each as soon as its worker
+        answers (in request order on one GPU). Request i is judged with seed `seed + i`. Leaving the iteration early
+        stops handing out requests; those in flight finish first. An error of the pool itself (not a candidate's:
+        those are verdicts) is raised here."""
         todo: queue.Queue[int] = queue.Queue()
         for i in range(len(requests)):
             todo.put(i)
+        answers: queue.Queue[tuple[int, EvalResult] | BaseException | None] = queue.Queue()
+        stop = threading.Event()
 
         def drain(worker: Worker) -> None:
-            while True:
-                try:
-                    i = todo.get_nowait()
-                except queue.Empty:
-                    return
-                cand, problem, artifact = requests[i]
-                payload = {"candidate": cand.to_json(), "problem": problem.__dict__, "artifact": artifact,
-                           "cases": self.cases, "seed": seed + i, "timeout_s": self.timeout_s}
-                results[i] = worker.request(payload, self.timeout_s)
+            try:
+                while not stop.is_set():
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    cand, problem, artifact = requests[i]
+                    payload = {"candidate": cand.to_json(), "problem": problem.__dict__, "artifact": artifact,
+                               "cases": self.cases, "seed": seed + i, "timeout_s": self.timeout_s}
+                    answers.put((i, worker.request(payload, self.timeout_s)))
+            except BaseException as exc:  # noqa: BLE001 (handed to the consumer, which raises it)
+                answers.put(exc)
+            finally:
+                answers.put(None)  # this worker's thread is done
 
-        threads = [threading.Thread(target=drain, args=(w,)) for w in self.workers]
+        threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in self.workers]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
-        return results
+        try:
+            running = len(threads)
+            while running:
+                answer = answers.get()
+                if answer is None:
+                    running -= 1
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    yield answer
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
 
     def close(self) -> None:
         """Stops every worker."""

@@ -1,10 +1,12 @@
 """The search loop: propose, check, compile (cached by build key), evaluate, reward, store, learn; round after round.
 
 Each round, every problem of the run gets `per_round` proposals split between the proposers (the policy's share,
-an exploration share of random points, the LLM's share when enabled); infeasible ones are recorded and dropped; new
-builds are compiled (a build key the store has is never compiled again, the backend's prebuilt kernels never; at
-most `max_builds` new ones per run, proposals past it are recorded infeasible); the rest are handed to the backend in
-chunks of `chunk` requests, and each verdict is stored (with its reward and the run time it took) and learned from as
+an exploration share of random points, the LLM's share when enabled); infeasible ones and sources over
+`source_build.MAX_SOURCE_CHARS` (SCAN_REJECTED: the store keeps them truncated, so they could not be rebuilt) are
+recorded and dropped; new builds are compiled (a build key the store has is never compiled again, the backend's prebuilt kernels never; at
+most `max_builds` new ones per run, proposals past it are recorded infeasible); a failed build's requests get its
+status (COMPILE_ERROR, or SCAN_REJECTED when the compile farm refused the source) with its log; the rest are handed
+to the backend in chunks of `chunk` requests, and each verdict is stored (with its reward and the run time it took) and learned from as
 it arrives (a backend with `evaluate_iter` delivers them one by one; one with only `evaluate`, when the chunk
 returns). The budget is a number of evaluations and/or minutes of the run's own time (summed over resumes).
 
@@ -25,7 +27,7 @@ from typing import Callable, Iterable
 
 from search import warm_start
 from search.backend import Backend, CompileOutcome
-from search.candidate import COMPILE_ERROR, INFEASIBLE, OK, Candidate, EvalResult, Problem, Proposal
+from search.candidate import INFEASIBLE, OK, SCAN_REJECTED, Candidate, EvalResult, Problem, Proposal
 from search.errors import UserError
 from search.fault_injection import checkpoint
 from search.policy import Policy
@@ -33,6 +35,7 @@ from search.proposers import (Measured, PolicyProposer, Proposer, ProposalContex
                               SweepHeuristicProposer)
 from search.reward import reward
 from search.candidate_space import check
+from search.source_build import oversized
 from search.store import Store
 
 POLICIES = ("rl", "random", "sweep")
@@ -214,15 +217,7 @@ class Search:
                         if cand.id in context.seen:
                             continue
                         context.seen.add(cand.id)
-                        ok, why = check(cand, problem, self.arch)
-                        if not proposal.status and not ok:
-                            proposal = dataclasses.replace(proposal, status=INFEASIBLE, reason=why)
-                        if not proposal.status and self.needs_build(cand):
-                            if self.builds_left() <= 0:
-                                proposal = dataclasses.replace(proposal, status=INFEASIBLE, reason=(
-                                    f"build budget spent ({self.args.max_builds} new builds)"))
-                            else:
-                                self.planned.add(cand.build_key)
+                        proposal = self.vet(proposal, problem)
                     recorded.append((proposal, label))
                     if cand is not None:
                         self.tried.setdefault(problem.key, set()).add(cand.id)
@@ -233,6 +228,24 @@ class Search:
             mark = now
             checkpoint("proposed")
         return requests
+
+    def vet(self, proposal: Proposal, problem: Problem) -> Proposal:
+        """`proposal` (with a candidate) as the run takes it: INFEASIBLE when the candidate does not fit the problem
+        or the build budget is spent, SCAN_REJECTED when its source is too long; a new build it needs is planned."""
+        cand = proposal.candidate
+        ok, why = check(cand, problem, self.arch)
+        if not proposal.status and not ok:
+            proposal = dataclasses.replace(proposal, status=INFEASIBLE, reason=why)
+        too_long = oversized(cand.source)
+        if not proposal.status and too_long:
+            proposal = dataclasses.replace(proposal, status=SCAN_REJECTED, reason=too_long)
+        if not proposal.status and self.needs_build(cand):
+            if self.builds_left() <= 0:
+                proposal = dataclasses.replace(proposal, status=INFEASIBLE, reason=(
+                    f"build budget spent ({self.args.max_builds} new builds)"))
+            else:
+                self.planned.add(cand.build_key)
+        return proposal
 
     def pending(self) -> list[tuple[int, Candidate, Problem]]:
         """(round, candidate, problem) of the run's usable proposals without a verdict (a stopped run's in-flight or
@@ -289,14 +302,15 @@ class Search:
             self.record_failed_builds(round_, failed, before=len(chunk))
 
     def record_failed_builds(self, round_: int, failed: list[tuple[int, Candidate, Problem]], before: int) -> None:
-        """Records as COMPILE_ERROR the requests of `failed` ((chunk position, candidate, problem), last position
-        first) placed before chunk position `before`: with a backend that delivers verdicts in request order, the
-        policy learns from a chunk in request order."""
+        """Records the requests of `failed` ((chunk position, candidate, problem), last position first) placed before
+        chunk position `before` with their build's status (COMPILE_ERROR, or SCAN_REJECTED for a source the compile
+        farm refused) and its log's tail: with a backend that delivers verdicts in request order, the policy learns
+        from a chunk in request order."""
         while failed and failed[-1][0] < before:
             _, cand, problem = failed.pop()
             outcome = self.store.compile_outcome(cand.build_key)
             self.record(round_, cand, problem,
-                        EvalResult(COMPILE_ERROR, reason=outcome.log[-2000:], compile_s=outcome.seconds))
+                        EvalResult(outcome.status, reason=outcome.log[-2000:], compile_s=outcome.seconds))
 
     def record(self, round_: int, cand: Candidate, problem: Problem, result: EvalResult) -> None:
         """Stores one verdict with its reward and the run time since the previous one, and learns from it."""

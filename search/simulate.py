@@ -25,7 +25,7 @@ from search.compile_farm import source_arch_dir
 from cudal2_catalog.config import HgemmConfig
 from cudal2_catalog.families import sm90_tma_ws
 
-LAUNCH_US = {"sm90_tma_ws": 3.2, "sm80_cute": 2.6, "decode": 2.4}
+ANALYTIC_LAUNCH_US = {"sm90_tma_ws": 3.2, "sm80_cute": 2.6, "decode": 2.4}
 TEST_CASES = 3                 # timed repetitions of each problem (the reward averages their speedups)
 NOISE = 0.015                  # relative standard deviation of one timing
 COMPILE_FAIL_EVERY = 41        # about one build in this many fails to compile
@@ -43,8 +43,26 @@ def _sm80_kernel(tile_m: int, tile_n: int, tile_k: int, warps: int, stages: int)
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelConstants:
+    """The cost model's constants besides the GPU's throughputs (defaults: the analytic model's guesses)."""
+
+    launch_us: dict[str, float] = dataclasses.field(default_factory=lambda: dict(ANALYTIC_LAUNCH_US))
+    intensity_exponent: float = 0.6  # per-SM efficiency ~ (tile intensity / a 128x256 tile's) ** this
+    warps_exponent: float = 0.35     # ... ~ (warps / 4) ** this below 4 warps
+    pingpong_short_k: float = 1.06   # sm90 pingpong efficiency factor at K <= 2048 (epilogue hidden) ...
+    pingpong_long_k: float = 0.98    # ... and above
+    swap_ab: float = 1.0             # efficiency factor of swap-A/B kernels
+    streamk_fixup: float = 1.08      # stream-K's partial-tile fix-up cost factor
+    l2_miss: float = 0.35            # DRAM re-read share of a problem larger than L2 at swizzle 1
+    raster_miss: float = 0.2         # extra re-read share of the non-preferred raster order
+    reduce_us: float = 2.0           # split-K reduction: fixed cost ...
+    reduce_passes: float = 8.0       # ... plus this many bytes per output element and split over DRAM
+    baseline_scale: float = 1.0      # the simulated cuBLASLt's time: its best kernel's times this
+
+
+@dataclasses.dataclass(frozen=True)
 class SimGpu:
-    """The constants of one simulated GPU (rough figures of the real part)."""
+    """The constants of one simulated GPU (rough figures of the real part, or fitted to its measurements)."""
 
     name: str
     arch: int
@@ -55,9 +73,37 @@ class SimGpu:
     l2_bytes: int
     family_peak: dict[str, float]    # the share of sm_tflops each family's kernels reach (families it runs)
     baseline: tuple[HgemmConfig, ...]  # the simulated cuBLASLt's kernels (dtype and layout follow the problem)
+    model: ModelConstants = dataclasses.field(default_factory=ModelConstants)
 
 
-SIM_GPUS = {
+def parameters(gpu: SimGpu) -> dict[str, float]:
+    """Every fittable constant of `gpu` by flat name: the throughputs, `peak.<family>`, `launch_us.<family>` and
+    the ModelConstants fields."""
+    model = dataclasses.asdict(gpu.model)
+    out = {"sm_tflops": gpu.sm_tflops, "dram_bytes_per_us": gpu.dram_bytes_per_us,
+           "l2_bytes_per_us": gpu.l2_bytes_per_us}
+    out.update({f"peak.{family}": value for family, value in gpu.family_peak.items()})
+    launch = model.pop("launch_us")
+    out.update({f"launch_us.{family}": launch[family] for family in gpu.family_peak})
+    out.update(model)
+    return out
+
+
+def with_parameters(gpu: SimGpu, values: dict[str, float], name: str | None = None) -> SimGpu:
+    """`gpu` with the constants `values` names (flat names of `parameters`) replaced; ValueError for a name that
+    is none of them."""
+    unknown = set(values) - set(parameters(gpu))
+    if unknown:
+        raise ValueError(f"unknown simulator constants {sorted(unknown)}; known: {sorted(parameters(gpu))}")
+    peak = {f: values.get(f"peak.{f}", p) for f, p in gpu.family_peak.items()}
+    launch = {**gpu.model.launch_us, **{f: values[f"launch_us.{f}"] for f in peak if f"launch_us.{f}" in values}}
+    fields = {f.name for f in dataclasses.fields(ModelConstants)} - {"launch_us"}
+    model = dataclasses.replace(gpu.model, launch_us=launch, **{k: v for k, v in values.items() if k in fields})
+    top = {k: v for k, v in values.items() if k in ("sm_tflops", "dram_bytes_per_us", "l2_bytes_per_us")}
+    return dataclasses.replace(gpu, name=name or gpu.name, family_peak=peak, model=model, **top)
+
+
+ANALYTIC_GPUS = {
     90: SimGpu("Simulated H100 SXM", 90, 132, sm_tflops=7.5, dram_bytes_per_us=3.0e6, l2_bytes_per_us=9.0e6,
                l2_bytes=50 * 2**20, family_peak={"sm90_tma_ws": 0.88, "sm80_cute": 0.55, "decode": 0.40},
                baseline=(_sm90_kernel((128, 256, 64), (2, 1), "coop", "persistent"),
@@ -73,6 +119,7 @@ SIM_GPUS = {
                          _sm80_kernel(128, 128, 32, 4, 5), _sm80_kernel(128, 64, 32, 4, 6),
                          _sm80_kernel(64, 64, 64, 4, 3))),
 }
+SIM_GPUS = dict(ANALYTIC_GPUS)
 
 
 def unbuildable(cand: Candidate, arch: int) -> str:
@@ -156,13 +203,16 @@ def model_terms(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k
     tiles = tiles_m * tiles_n
     # Per-SM throughput: tile arithmetic intensity, pipeline depth, tile_k, latency hiding by warps.
     intensity = (cfg.tile_m * cfg.tile_n / (cfg.tile_m + cfg.tile_n)) / (128 * 256 / 384)
-    eff = gpu.family_peak[cfg.family] * min(1.0, intensity) ** 0.6
+    c = gpu.model
+    eff = gpu.family_peak[cfg.family] * min(1.0, intensity) ** c.intensity_exponent
     eff *= 1 - 0.5 ** (_stages(cfg) - 0.5)
     eff *= {32: 0.9, 64: 1.0, 128: 0.97, 256: 0.93}[cfg.tile_k]
     if cfg.warps:
-        eff *= min(1.0, cfg.warps / 4) ** 0.35
+        eff *= min(1.0, cfg.warps / 4) ** c.warps_exponent
     if cfg.family == "sm90_tma_ws" and cfg.schedule == "pingpong":
-        eff *= 1.06 if k <= 2048 else 0.98   # epilogue hidden behind the other warpgroup's mainloop
+        eff *= c.pingpong_short_k if k <= 2048 else c.pingpong_long_k  # epilogue behind the other warpgroup
+    if cfg.swap_ab:
+        eff *= c.swap_ab
     if cfg.scheduler == "streamk":
         parts = max(1, splits) if splits else 0
         work = tiles * math.ceil(k / cfg.tile_k)
@@ -171,7 +221,7 @@ def model_terms(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k
             k_share = k / parts
         else:  # automatic: K iterations spread evenly over the SMs
             waves, k_share = 1, math.ceil(work / gpu.sm_count) * cfg.tile_k
-        fixup = 1.08
+        fixup = c.streamk_fixup
     else:
         parts = splits if (splits and cfg.family != "sm90_tma_ws") else _auto_splits(cfg, tiles, k, gpu.sm_count)
         parts = min(parts, math.ceil(k / cfg.tile_k))
@@ -183,14 +233,14 @@ def model_terms(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k
     l2_bytes = 2 * (rows * k * tiles_n / cfg.cluster_n + cols * k * tiles_m / cfg.cluster_m) + 2 * m * n
     unique = 2 * (m * k + n * k + m * n)
     preferred = 2 if cols >= rows else 1
-    miss = 0.0 if unique < gpu.l2_bytes else 0.35 / (1 + math.log2(max(swizzle, 1)))
+    miss = 0.0 if unique < gpu.l2_bytes else c.l2_miss / (1 + math.log2(max(swizzle, 1)))
     if raster and raster != preferred:
-        miss += 0.2
+        miss += c.raster_miss
     dram_us = unique * (1 + miss) / gpu.dram_bytes_per_us
     reduce_us = 0.0
     if parts > 1 and cfg.scheduler != "streamk":
-        reduce_us = 2.0 + 8.0 * m * n * parts / gpu.dram_bytes_per_us
-    return ModelTerms(LAUNCH_US[cfg.family], compute_us, dram_us, l2_bytes / gpu.l2_bytes_per_us, reduce_us, waves,
+        reduce_us = c.reduce_us + c.reduce_passes * m * n * parts / gpu.dram_bytes_per_us
+    return ModelTerms(c.launch_us[cfg.family], compute_us, dram_us, l2_bytes / gpu.l2_bytes_per_us, reduce_us, waves,
                       eff)
 
 
@@ -201,13 +251,13 @@ def model_us(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k: i
 
 def baseline_model_us(problem: Problem, gpu: SimGpu) -> float:
     """The noise-free simulated cuBLASLt-autotune time on `gpu`: the best of its baseline kernels at its preferred
-    knobs."""
+    knobs (times `baseline_scale`)."""
     best = math.inf
     for kernel in gpu.baseline:
         cfg = dataclasses.replace(kernel, dtype=problem.dtype, layout=problem.layout)
         knobs = (0, 2, 2 if problem.n >= problem.m else 1)
         best = min(best, model_us(cfg, knobs, problem.m, problem.n, problem.k, gpu))
-    return best
+    return best * gpu.model.baseline_scale
 
 
 @dataclasses.dataclass

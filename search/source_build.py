@@ -52,6 +52,13 @@ class SourceBuild:
         return not self.status
 
 
+def oversized(text: str) -> str:
+    """Why `text` is too long to be a kernel source (over MAX_SOURCE_CHARS characters), or "" when it is not."""
+    if len(text) <= MAX_SOURCE_CHARS:
+        return ""
+    return f"the source is {len(text)} characters; the limit is {MAX_SOURCE_CHARS}"
+
+
 def _parse_dryrun(output: str, source: str) -> list[list[str]]:
     """The preprocessing commands (`<host compiler> ... -E ... <source> -o <file>`) of an `nvcc --dryrun` listing."""
     commands = []
@@ -148,8 +155,8 @@ def build_source_object(source: Path, arch_dir: str, archs: list[str], obj: Path
                         compile_timeout_s: float = COMPILE_TIMEOUT_S) -> SourceBuild:
     """Checks and compiles the kernel source at `source` (kernel folder `arch_dir`, targets `archs`) into `obj`."""
     text = source.read_text(errors="replace")
-    if len(text) > MAX_SOURCE_CHARS:
-        return SourceBuild(REJECTED, [f"the source is {len(text)} characters; the limit is {MAX_SOURCE_CHARS}"])
+    if oversized(text):
+        return SourceBuild(REJECTED, [oversized(text)])
     hits = scan(text)
     if hits:
         return SourceBuild(REJECTED, hits)

@@ -10,6 +10,13 @@ it dies), and a second writer is refused with a StoreError naming the holder. Re
 through SQLite's read-only URI and never create it. Before either uses a file it is checked: it must exist (readers),
 be an SQLite database of this application (`application_id`) or an older store with the search's tables, not be
 truncated, and pass `PRAGMA quick_check`; anything else is a StoreError naming the file and what is wrong.
+
+Text from outside is stored truncated: a candidate's source and an LLM's completion keep their first TEXT_CAP
+characters and a marker saying how many more were cut (`clip`), so a huge answer cannot bloat the store or what is
+exported from it. A source's hash is that of the whole text; a source over `source_build.MAX_SOURCE_CHARS` (no more
+than TEXT_CAP) is refused when proposed, so every candidate that is compiled or evaluated is stored whole.
+A failed build's row keeps its status (COMPILE_ERROR, or SCAN_REJECTED for a source the compile farm refused); an
+older store gets that column when a writer opens it.
 """
 from __future__ import annotations
 
@@ -25,13 +32,14 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from search.backend import CompileOutcome
-from search.candidate import Candidate, EvalResult, Problem, Proposal
+from search.backend import REFUSED, CompileOutcome
+from search.candidate import COMPILE_ERROR, SCAN_REJECTED, Candidate, EvalResult, Problem, Proposal
 from search.errors import UserError
 
 APPLICATION_ID = 0x63643273   # "cd2s" in the SQLite header: a cudal2 search store
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TABLES = ("runs", "problems", "run_problems", "candidates", "compiles", "evaluations", "proposals", "policy_snapshots")
+TEXT_CAP = 100_000   # characters kept of a candidate's source and of an LLM completion
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -49,7 +57,8 @@ CREATE TABLE IF NOT EXISTS candidates (
     created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS compiles (
     build_key TEXT PRIMARY KEY, ok INTEGER NOT NULL, artifact TEXT NOT NULL, log TEXT NOT NULL,
-    seconds REAL NOT NULL, created REAL NOT NULL, run_id TEXT NOT NULL, prebuilt INTEGER NOT NULL);
+    seconds REAL NOT NULL, created REAL NOT NULL, run_id TEXT NOT NULL, prebuilt INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS evaluations (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), round INTEGER NOT NULL,
     candidate_id TEXT NOT NULL REFERENCES candidates(id), problem_key TEXT NOT NULL REFERENCES problems(key),
@@ -65,6 +74,14 @@ CREATE TABLE IF NOT EXISTS policy_snapshots (
     created REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS evaluations_by_problem ON evaluations (problem_key, status);
 """
+
+
+def clip(text: str, cap: int = TEXT_CAP) -> str:
+    """`text` as the store keeps it: whole up to `cap` characters, else its first `cap` and a marker saying how many
+    more were cut."""
+    if len(text) <= cap:
+        return text
+    return f"{text[:cap]}\n[... {len(text) - cap} more characters cut: the store keeps the first {cap}]"
 
 
 class StoreError(UserError):
@@ -211,6 +228,17 @@ class Store:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
             raise
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Brings an older store's tables to this schema: a `status` column on compiles, filled for its failed builds
+        (SCAN_REJECTED where the compile farm's log says it refused the source, else COMPILE_ERROR)."""
+        if "status" in {r["name"] for r in self.db.execute("PRAGMA table_info(compiles)")}:
+            return
+        with self._transaction():
+            self.db.execute("ALTER TABLE compiles ADD COLUMN status TEXT NOT NULL DEFAULT ''")
+            self.db.execute("UPDATE compiles SET status = CASE WHEN substr(log, 1, ?) = ? THEN ? ELSE ? END "
+                            "WHERE ok = 0", (len(REFUSED), REFUSED, SCAN_REJECTED, COMPILE_ERROR))
 
     def close(self) -> None:
         """Closes the database and releases the writer lock."""
@@ -286,7 +314,7 @@ class Store:
         source_hash = hashlib.sha256(cand.source.encode()).hexdigest() if cand.source else ""
         self.db.execute("INSERT OR IGNORE INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (cand.id, cand.build_key, cand.config, json.dumps(list(cand.knobs)), source_hash,
-                         cand.source, cand.source_name, cand.provenance, time.time()))
+                         clip(cand.source), cand.source_name, cand.provenance, time.time()))
 
     def add_candidate(self, cand: Candidate) -> None:
         """Records a candidate (the first provenance that proposed it is kept)."""
@@ -294,15 +322,18 @@ class Store:
             self._insert_candidate(cand)
 
     def candidate(self, candidate_id: str) -> Candidate:
+        """The stored candidate `candidate_id` (a source cut by `clip` comes back cut: only refused proposals')."""
         row = self.query("SELECT * FROM candidates WHERE id = ?", (candidate_id,))[0]
         return Candidate(config=row["config"], knobs=tuple(json.loads(row["knobs"])), source=row["source"],
                          source_name=row["source_name"], provenance=row["provenance"])
 
     def add_compile(self, build_key: str, outcome: CompileOutcome, run_id: str, prebuilt: bool = False) -> None:
-        """Records a build (compiled by `run_id`, or `prebuilt`: already in the extension's kernel library)."""
-        self._write("INSERT OR IGNORE INTO compiles VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        """Records a build (compiled by `run_id`, or `prebuilt`: already in the extension's kernel library) with its
+        status."""
+        self._write("INSERT OR IGNORE INTO compiles (build_key, ok, artifact, log, seconds, created, run_id, prebuilt, "
+                    "status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (build_key, int(outcome.ok), outcome.artifact, outcome.log, outcome.seconds, time.time(), run_id,
-                     int(prebuilt)))
+                     int(prebuilt), outcome.status))
 
     def new_builds(self, run_id: str) -> int:
         """How many builds `run_id` compiled (prebuilt kernels not counted)."""
@@ -318,7 +349,7 @@ class Store:
         if not rows:
             return None
         r = rows[0]
-        return CompileOutcome(bool(r["ok"]), r["artifact"], r["log"], r["seconds"])
+        return CompileOutcome(bool(r["ok"]), r["artifact"], r["log"], r["seconds"], r["status"])
 
     # evaluations, proposals, policy
     def add_evaluation(self, run_id: str, round_: int, cand: Candidate, problem: Problem, result: EvalResult,
@@ -364,7 +395,7 @@ class Store:
         """Records a problem's proposals of one round, (proposal, provenance label) each, with their candidates, and
         adds `elapsed_s` to the run's time, in one transaction (a killed run has all of a problem's proposals of a
         round, or none): each a candidate, or why it was rejected (status/reason), with the LLM's prompt and
-        completion when there was one."""
+        completion (cut by `clip`) when there was one."""
         with self._transaction():
             self.db.execute("UPDATE runs SET elapsed_s = elapsed_s + ? WHERE id = ?", (elapsed_s, run_id))
             for proposal, provenance in proposals:
@@ -375,7 +406,7 @@ class Store:
                     "INSERT INTO proposals (run_id, round, problem_key, provenance, candidate_id, status, reason, "
                     "prompt, completion, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, round_, problem.key, provenance, cand.id if cand else None, proposal.status,
-                     proposal.reason, proposal.prompt, proposal.completion, time.time()))
+                     proposal.reason, proposal.prompt, clip(proposal.completion), time.time()))
 
     def add_proposal(self, run_id: str, round_: int, problem: Problem, proposal: Proposal, provenance: str) -> None:
         """Records one proposal (see add_proposals)."""

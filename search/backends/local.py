@@ -2,16 +2,16 @@
 
 Builds land in an artifacts folder whose manifest also serves builds made elsewhere (`--compile-only` on a CPU
 machine, the folder carried here): `evaluate` finds any build key the manifest records, compiled in this process
-or not.
+or not. `evaluate_iter` hands each verdict back as its worker answers, so the search stores it at once.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from search.backend import CompileOutcome
-from search.candidate import COMPILE_ERROR, SCAN_REJECTED, Candidate, EvalResult, Problem
-from search.compile_farm import REFUSED, CompileFarm, artifact_paths, installed_kernels, nvcc_banner
+from search.backend import CompileOutcome, in_request_order
+from search.candidate import COMPILE_ERROR, Candidate, EvalResult, Problem
+from search.compile_farm import CompileFarm, artifact_paths, installed_kernels, nvcc_banner
 from search.evaluator import EvaluatorPool
 
 
@@ -38,7 +38,7 @@ class LocalBackend:
         self.farm = CompileFarm(Path(artifacts), archs, jobs, prebuilt=installed_kernels(archs))
         self._gpus, self._timeout_s, self._cases, self._worker_env = gpus, timeout_s, cases, worker_env
         self._pool: EvaluatorPool | None = None
-        self._failed: dict[str, str] = {}
+        self._failed: dict[str, CompileOutcome] = {}
 
     @property
     def pool(self) -> EvaluatorPool:
@@ -50,13 +50,18 @@ class LocalBackend:
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
         """Builds each distinct build key (see CompileFarm.compile)."""
         outcomes = self.farm.compile(candidates)
-        self._failed.update({key: out.log for key, out in outcomes.items() if not out.ok})
+        self._failed.update({key: out for key, out in outcomes.items() if not out.ok})
         return outcomes
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
-        """Verdicts in request order. A build missing here (a run resumed on a fresh machine whose artifacts were
-        lost) is rebuilt first; a candidate whose build fails is a COMPILE_ERROR with the build log's tail, or
-        SCAN_REJECTED when the compile farm refused its source for a banned construct."""
+        """Verdicts in request order (see `evaluate_iter`)."""
+        return in_request_order(self.evaluate_iter(requests), len(requests))
+
+    def evaluate_iter(self, requests: list[tuple[Candidate, Problem]]) -> Iterator[tuple[int, EvalResult]]:
+        """(request index, verdict) as each is reached: first the candidates whose build failed, then each evaluated
+        one as its worker answers. A build missing here (a run resumed on a fresh machine whose artifacts were lost)
+        is rebuilt first; a candidate whose build fails gets the build's status (COMPILE_ERROR, or SCAN_REJECTED
+        when the compile farm refused its source for a banned construct) with the build log's tail."""
         if self.compile_only:
             raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
         libraries = self.libraries()
@@ -65,20 +70,19 @@ class LocalBackend:
         if missing:  # built by an earlier call of a resumed run, on a machine whose artifacts are gone: rebuild
             self.compile(list(missing.values()))
             libraries = self.libraries()
-        results: list[EvalResult | None] = [None] * len(requests)
         runnable = []
         for i, (cand, problem) in enumerate(requests):
             library = libraries.get(cand.build_key)
-            if library is None:
-                why = self._failed.get(cand.build_key,
-                                       f"{cand.build_key}: no library in {self.farm.artifacts} after its build")
-                results[i] = EvalResult(SCAN_REJECTED if why.startswith(REFUSED) else COMPILE_ERROR, reason=why)
-            else:
+            if library is not None:
                 runnable.append((i, (cand, problem, str(library.resolve()))))
+                continue
+            failed = self._failed.get(cand.build_key)
+            yield i, (EvalResult(failed.status, reason=failed.log, compile_s=failed.seconds) if failed else
+                      EvalResult(COMPILE_ERROR, reason=f"{cand.build_key}: no library in {self.farm.artifacts} "
+                                                       "after its build"))
         if runnable:
-            for (i, _), result in zip(runnable, self.pool.evaluate([r for _, r in runnable])):
-                results[i] = result
-        return results
+            for j, result in self.pool.evaluate_iter([r for _, r in runnable]):
+                yield runnable[j][0], result
 
     def libraries(self) -> dict[str, Path]:
         """build_key -> shared library of every build this backend can evaluate now (prebuilt, or in the artifacts
