@@ -17,7 +17,6 @@ EXTRAS = {
     "build": ["ninja", CUTLASS, "setuptools>=64", "wheel"],  # wheel: bdist_wheel of setuptools < 70.1 (venvs)
     "bench": ["matplotlib", "tqdm"],
     "test": ["pytest", "hypothesis"],
-    "llm": ["openai"],  # the search's LLM proposer
     "ray": ["ray"],  # the search's Ray evaluation backend
 }
 # Only its headers are used: its Python generator's dependencies (cuda-python, scipy, ...) are not needed.

@@ -2,7 +2,7 @@
 # Installs what cudal2 needs into the Python that runs it ($PYTHON, else python3; a virtual environment's python keeps
 # the packages out of the system's) and builds cudal2 there (editable), showing the build's progress. A run on an
 # unchanged tree builds and installs nothing (build/install.stamp: build_tools/install_stamp.py).
-#   scripts/install.sh [--test | --check]   --test: also the test dependencies (extras test, llm and ray);
+#   scripts/install.sh [--test | --check]   --test: also the test dependencies (extras test and ray);
 #                                           --check: only say whether a build is needed (exit 1 and why if so)
 # Uses the torch already installed if there is one; otherwise installs torch 2.14.1 (a CUDA 13.0 build). Offline
 # machines: put wheels in .whl/ (pip --find-links).
@@ -12,8 +12,8 @@ PY=${PYTHON:-python3}
 extras=(build bench)
 case "${1:-}" in
   "" | --check) ;;
-  --test) extras+=(test llm ray) ;;
-  *) echo "usage: scripts/install.sh [--test | --check]   (--test: also the test dependencies: extras test, llm," \
+  --test) extras+=(test ray) ;;
+  *) echo "usage: scripts/install.sh [--test | --check]   (--test: also the test dependencies: extras test," \
           "ray; --check: only say whether a build is needed)" >&2
      exit 2 ;;
 esac

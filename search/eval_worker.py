@@ -108,7 +108,7 @@ class GpuEvaluator:
         from search.cuda_runtime import Runtime  # noqa: PLC0415
         if _C is None or not torch.cuda.is_available():
             raise RuntimeError("the evaluation worker needs the compiled extension and a CUDA GPU")
-        self.torch, self.checks, self.timing = torch, checks, timing
+        self.torch, self._C, self.checks, self.timing = torch, _C, checks, timing
         self.jt, self.rc, self.rt = judge_timing, runner_client, Runtime()
         self.dtypes, self.guard_bytes, self.random_inputs = DTYPES, GUARD_BYTES, random_inputs
         self.baseline = {layout: AutotunedLt(layout) for layout in ("nn", "nt")}  # choices kept per problem
@@ -121,11 +121,15 @@ class GpuEvaluator:
 
     # -- the baseline, timed before any runner exists ------------------------------------------------------------
     def _baseline_call(self, sets):
-        """call(i): the baseline on set i (its configuration already chosen by `_baseline_estimate_us`)."""
+        """call(i): the baseline's configuration (chosen by `_baseline_estimate_us`) on set i, run by the binding
+        directly, so that the baseline's wall clock per call, a bar of the candidate's, holds no Python lookup."""
         baseline = self.baseline[sets.layout]
+        baseline(sets.a[0], sets.b, sets.d[0])   # chosen already for operands of these shapes and strides
+        config = baseline.chosen[baseline.key(sets.a[0], sets.b)]
+        run = self._C.testing.cublaslt_run_config
 
         def call(i: int) -> None:
-            baseline(sets.a[i], sets.b, sets.d[i])
+            run(sets.a[i], sets.b, None, sets.d[i], sets.layout, config)
         return call
 
     def _baseline_estimate_us(self, problem: Problem, dtype) -> float:

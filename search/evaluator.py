@@ -4,9 +4,9 @@ hang isolation.
 A request that makes its worker exit (a fault, an abort) is a CRASH; one that outlives `timeout_s` is a HANG: the
 worker is killed and restarted, the verdict carries the reason (exit status and the tail of the worker's stderr),
 and the other requests go on. Requests are spread over the workers; `evaluate_iter` hands each verdict back as its
-worker answers (so the search can store it at once), `evaluate` all of them in request order. Workers
-run with PDL off (CUDAL2_DISABLE_PDL=1, whatever the caller's environment says): rewards are measured without the
-overlap PDL gives back-to-back calls, and the workers' environment (hence the store's run metadata) records it.
+worker answers (so the search can store it at once), `evaluate` all of them in request order. Workers run with PDL
+off (CUDAL2_DISABLE_PDL=1, whatever the caller's environment says): rewards are measured without the overlap PDL
+gives back-to-back calls, and the workers' environment (hence the store's run metadata) records it.
 """
 from __future__ import annotations
 

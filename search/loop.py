@@ -3,12 +3,13 @@
 Each round, every problem of the run gets `per_round` proposals split between the proposers (the policy's share,
 an exploration share of random points, the LLM's share when enabled); infeasible ones and sources over
 `source_build.MAX_SOURCE_CHARS` (SCAN_REJECTED: the store keeps them truncated, so they could not be rebuilt) are
-recorded and dropped; new builds are compiled (a build key the store has is never compiled again, the backend's prebuilt kernels never; at
-most `max_builds` new ones per run, proposals past it are recorded infeasible); a failed build's requests get its
-status (COMPILE_ERROR, or SCAN_REJECTED when the compile farm refused the source) with its log; the rest are handed
-to the backend in chunks of `chunk` requests, and each verdict is stored (with its reward and the run time it took) and learned from as
-it arrives (a backend with `evaluate_iter` delivers them one by one; one with only `evaluate`, when the chunk
-returns). The budget is a number of evaluations and/or minutes of the run's own time (summed over resumes).
+recorded and dropped; new builds are compiled (a build key the store has is never compiled again, the backend's
+prebuilt kernels never; at most `max_builds` new ones per run, proposals past it are recorded infeasible); a failed
+build's requests get its status (COMPILE_ERROR, or SCAN_REJECTED when the compile farm refused the source) with its
+log; the rest are handed to the backend in chunks of `chunk` requests, and each verdict is stored (with its reward
+and the run time it took) and learned from as it arrives (a backend with `evaluate_iter` delivers them one by one;
+one with only `evaluate`, when the chunk returns). The budget is a number of evaluations and/or minutes of the run's
+own time (summed over resumes).
 
 A stopped run (killed, or `--compile-only`) is finished on `resume` where it stopped: a round without its policy
 snapshot first gets the proposals of the problems it had not reached (each problem's proposals of a round are
@@ -52,6 +53,7 @@ class RunArgs:
     per_round: int = 4
     explore: float = 0.0          # share of each problem's proposals drawn at random (policy rl)
     llm_share: float = 0.25       # share of each problem's proposals asked of the LLM (--llm other than none)
+    llm_prior: float = 0.5        # the LLM as the policy's prior: its imitation step per LLM config (Policy.update)
     budget_evals: int | None = None
     budget_minutes: float | None = None
     seed: int = 0
@@ -98,7 +100,7 @@ def memory_hook(store: Store, path: str) -> None:
 
 def initial_policy(args: RunArgs) -> Policy:
     """A run's policy before its first verdict: the prior, fit to the `warm_start` measurements (rl runs)."""
-    policy = Policy(args.arch, args.seed)
+    policy = Policy(args.arch, args.seed, llm_prior=args.llm_prior if args.llm != "none" else 0.0)
     if args.policy == "rl" and args.warm_start:
         warm_start.warm_start(policy, warm_start.load([Path(p) for p in args.warm_start]), args.seed)
     return policy
@@ -147,7 +149,8 @@ class Search:
         problems = {p.key: p for p in store.run_problems(run_id)}
         for r in store.evaluations(run_id):
             if r["round"] > after:
-                policy.update(problems[r["problem_key"]], store.candidate(r["candidate_id"]), r["reward"])
+                cand = dataclasses.replace(store.candidate(r["candidate_id"]), provenance=r["provenance"])
+                policy.update(problems[r["problem_key"]], cand, r["reward"])
         return cls(store, backend, run_id, args, policy=policy, **kwargs)
 
     def _proposers(self) -> list[tuple[Proposer, str, float]]:

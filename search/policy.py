@@ -4,8 +4,9 @@ One categorical per dimension (the family, then each config field and knob of th
 the problem's features (radial bases over log2 M, N, K, wave count of 128x128 tiles, arithmetic intensity, dtype,
 layout): what is learned on one shape moves the logits of its neighbours. Initial logits are a prior: the log
 frequency of each value among the families' built default kernels. Updated by REINFORCE with a per-problem baseline
-(moving average of reward); the `ELITES` best measured candidates of each problem are kept for local search. The
-whole state is JSON (stored as snapshots for `resume`).
+(moving average of reward); the `ELITES` best measured candidates of each problem are kept for local search. With
+an LLM in the loop (`llm_prior` > 0) the LLM is the policy's prior: each of its evaluated configs also pulls the
+policy towards it (an imitation step, see `update`). The whole state is JSON (stored as snapshots for `resume`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ ELITES = 4
 LEARNING_RATE = 0.3
 BASELINE_DECAY = 0.3            # weight of the newest reward in the per-problem moving average
 PRIOR_WEIGHT = 1.0
+LLM_PRIOR_TEMPERATURE = 0.05    # an LLM config this far below the problem's baseline reward is imitated e^-1 as much
 
 
 def features(problem: Problem) -> np.ndarray:
@@ -79,10 +81,11 @@ def _prior(dims: dict[str, tuple]) -> dict[str, np.ndarray]:
 class Policy:
     """The contextual factored policy with per-problem baselines and elites (see the module docstring)."""
 
-    def __init__(self, arch: int, seed: int = 0, temperature: float = 1.0):
+    def __init__(self, arch: int, seed: int = 0, temperature: float = 1.0, llm_prior: float = 0.0):
         self.arch = arch
         self.seed = seed
         self.temperature = temperature
+        self.llm_prior = llm_prior
         self.dims = dimensions(arch)
         self.weights = _prior(self.dims)
         self.baselines: dict[str, float] = {}
@@ -138,13 +141,19 @@ class Policy:
 
     def update(self, problem: Problem, candidate: Candidate, reward: float) -> None:
         """One REINFORCE step on a config candidate's reward against the problem's moving-average baseline, and the
-        problem's elites (source candidates only enter the elites)."""
+        problem's elites (source candidates only enter the elites). A config an LLM proposed (provenance "llm:...")
+        is also imitated when `llm_prior` > 0: the LLM as the policy's prior (a step of the KL term towards the
+        LLM's proposals), weighted `llm_prior` x exp(min(0, advantage) / LLM_PRIOR_TEMPERATURE), so that what the
+        LLM proposes moves the policy unless its measurement says it is worse than this problem's usual."""
         key = problem.key
         self._add_elite(key, reward, candidate.id)
         if not candidate.config:
             return
         baseline = self.baselines.get(key)
         self.baselines[key] = reward if baseline is None else (1 - BASELINE_DECAY) * baseline + BASELINE_DECAY * reward
+        if self.llm_prior and candidate.provenance.startswith("llm:"):
+            below = min(0.0, reward - baseline) if baseline is not None else 0.0
+            self.imitate_point(problem, candidate, self.llm_prior * math.exp(below / LLM_PRIOR_TEMPERATURE))
         if baseline is None:
             return
         advantage = max(-1.0, min(1.0, reward - baseline))
@@ -170,6 +179,12 @@ class Policy:
                 q[values.index(value)] += weight
             self.weights[dim] += learning_rate * np.outer(q / q.sum() - self.probabilities(dim, phi), phi)
 
+    def imitate_point(self, problem: Problem, candidate: Candidate, learning_rate: float) -> None:
+        """One cross-entropy step of every multi-valued dimension towards a config candidate's choice for
+        `problem` (`imitate` with one-hot targets)."""
+        self.imitate(problem, {dim: {value: 1.0} for dim, value in self._choices(point_of(candidate))
+                               if len(self.dims[dim]) > 1}, learning_rate)
+
     def _add_elite(self, key: str, reward: float, candidate_id: str) -> None:
         elites = [e for e in self.elites.get(key, []) if e[1] != candidate_id] + [(reward, candidate_id)]
         self.elites[key] = sorted(elites, key=lambda e: -e[0])[:ELITES]
@@ -187,13 +202,14 @@ class Policy:
     def to_json(self) -> dict[str, Any]:
         """The whole state, JSON-able."""
         return {"arch": self.arch, "seed": self.seed, "temperature": self.temperature, "updates": self.updates,
+                "llm_prior": self.llm_prior,
                 "weights": {d: w.tolist() for d, w in self.weights.items()}, "baselines": self.baselines,
                 "elites": {k: [list(e) for e in v] for k, v in self.elites.items()}}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "Policy":
         """A policy restored from `to_json` (its sampler reseeded from the seed and the update count)."""
-        policy = cls(doc["arch"], doc["seed"] + doc["updates"], doc["temperature"])
+        policy = cls(doc["arch"], doc["seed"] + doc["updates"], doc["temperature"], doc.get("llm_prior", 0.0))
         policy.seed = doc["seed"]
         policy.updates = doc["updates"]
         for dim, w in doc["weights"].items():

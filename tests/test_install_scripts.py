@@ -89,7 +89,7 @@ def test_installed_editable_from_another_tree_is_false(tmp_path):
 
 
 def test_test_extras_hold_the_search_dependencies():
-    assert requirements.requirements(["test", "llm", "ray"]) == ["pytest", "hypothesis", "openai", "ray"]
+    assert requirements.requirements(["test", "ray"]) == ["pytest", "hypothesis", "ray"]
     with pytest.raises(ValueError, match="unknown extra.*known"):
         requirements.requirements(["tests"])
 

@@ -7,10 +7,9 @@ import time
 
 import pytest
 
-from search.backend import CompileOutcome
+from search.backend import REFUSED, CompileOutcome
 from search.backends.local import LocalBackend, nvcc_archs
 from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, SCAN_REJECTED, Candidate, Problem
-from search.compile_farm import REFUSED
 from search.eval_worker import PDL_ENV, SELFTEST_ENV
 from search.evaluator import EvaluatorPool
 
@@ -123,7 +122,7 @@ def test_refused_sources_are_scan_rejected(tmp_path, monkeypatch):
     """A build the compile farm refused for a banned construct is a SCAN_REJECTED verdict, not a compile error."""
     backend = LocalBackend(tmp_path, arch=90, gpus=["0"], timeout_s=10.0, worker_env=SELFTEST)
     monkeypatch.setattr(backend.farm, "build", lambda cand: CompileOutcome(
-        False, log=f"{REFUSED} (banned constructs): host pass: line 3: dlsym", seconds=0.1))
+        False, log=f"{REFUSED} (banned constructs): host pass: line 3: dlsym", seconds=0.1, status=SCAN_REJECTED))
     try:
         cand = Candidate(source="int x;", source_name="cheat")
         (result,) = backend.evaluate([(cand, PROBLEM)])

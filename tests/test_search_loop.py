@@ -6,11 +6,12 @@ import pytest
 
 from cudal2_ops import tables
 from search import __main__ as cli
-from search.candidate import MALFORMED, OK, Problem, Proposal
+from search.candidate import MALFORMED, OK, SCAN_REJECTED, Candidate, Problem, Proposal
 from search.export import records
 from search.loop import RunArgs, Search
 from search.simulate import SimulatedBackend
-from search.store import Store
+from search.source_build import MAX_SOURCE_CHARS
+from search.store import TEXT_CAP, Store
 
 PROBLEMS = [Problem("nt", "fp16", m, n, k) for m, n, k in ((64, 4096, 4096), (128, 4096, 4096), (1024, 128, 64),
                                                             (4096, 4096, 4096), (12288, 8192, 128))]
@@ -121,6 +122,32 @@ def test_resume_restores_the_policy_and_extends_the_budget(tmp_path):
     assert resumed.policy.elites == elites and resumed.policy.updates == search.policy.updates
     resumed.run()
     assert store.evaluation_count(search.run_id) == 80
+
+
+class OneSource:
+    """A proposer that answers each problem with one kernel source of `size` characters (once)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def propose(self, problem, context, n):
+        cand = Candidate(source=f"// {problem.key}\n" + "x" * self.size, source_name="big", provenance="llm:test")
+        return [] if cand.id in context.seen else [Proposal(cand, prompt="p", completion=cand.source)]
+
+
+def test_a_source_too_long_to_store_whole_is_refused_when_proposed():
+    """Its stored text is cut (the store's cap), so it could never be rebuilt on resume: the loop refuses it before
+    compiling, and a resume finds nothing of it to evaluate."""
+    store, backend = Store(":memory:"), CountingBackend()
+    search = Search.start(store, backend, RunArgs(policy="random", per_round=2, budget_evals=4), PROBLEMS[:2])
+    search.proposers.append((OneSource(MAX_SOURCE_CHARS + 1), "llm:test", 0.5))
+    search.run()
+    refused = [r for r in store.proposals(search.run_id) if r["provenance"] == "llm:test"]
+    assert len(refused) == 2 and all(r["status"] == SCAN_REJECTED and "limit" in r["reason"] for r in refused)
+    assert all(len(r["completion"]) < TEXT_CAP + 100 for r in refused)
+    assert not any(key.startswith("src_") for key in backend.builds) and store.unevaluated(search.run_id) == []
+    Search.resume(store, SimulatedBackend(), search.run_id, {"budget_evals": 6}).run()
+    assert all(not r["candidate_id"].startswith("src_") for r in store.evaluations(search.run_id))
 
 
 @pytest.fixture(scope="module")

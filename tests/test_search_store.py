@@ -1,14 +1,16 @@
 """The SQLite store: one row per verdict and build, a problem's proposals of a round recorded together, one writer at
 a time, read-only opens that create and write nothing, and clear errors for files that are not stores (the CLI's
 view of them: tests/test_search_cli_errors.py; kills and resumes: tests/test_search_resume_kill.py)."""
+import hashlib
 import os
 import sqlite3
 
 import pytest
 
-from search.backend import CompileOutcome
-from search.candidate import OK, Candidate, EvalResult, Problem, Proposal
-from search.store import APPLICATION_ID, SCHEMA, Store, StoreError
+from search.backend import REFUSED, CompileOutcome
+from search.candidate import COMPILE_ERROR, OK, SCAN_REJECTED, Candidate, EvalResult, Problem, Proposal
+from search.source_build import MAX_SOURCE_CHARS
+from search.store import APPLICATION_ID, SCHEMA, TEXT_CAP, Store, StoreError, clip
 PROBLEM = Problem("nt", "fp16", 64, 128, 256)
 CAND = Candidate(config="decode_fp16_nt_16x64x64_s4_w4", knobs=(2, 0, 0), provenance="policy")
 
@@ -105,3 +107,42 @@ def test_a_problem_s_proposals_are_recorded_together_and_unevaluated_ones_found(
     assert store.run(run)["elapsed_s"] == 3.5
     store.save_policy(run, 0, {})
     assert store.snapshot_rounds(run) == {0}
+
+
+def test_a_failed_build_keeps_its_status_and_an_older_store_gets_the_column(tmp_path):
+    store = Store(":memory:")
+    run = store.create_run("rl", {}, {}, [PROBLEM])
+    store.add_compile("refused", CompileOutcome(False, log=f"{REFUSED}: dlsym", status=SCAN_REJECTED), run)
+    store.add_compile("broken", CompileOutcome(False, log="nvcc: error"), run)
+    assert store.compile_outcome("refused").status == SCAN_REJECTED
+    assert store.compile_outcome("broken").status == COMPILE_ERROR
+    db = tmp_path / "old.db"   # a store written before compiles had a status: its failures get one from their log
+    con = sqlite3.connect(db)
+    con.executescript(SCHEMA.replace(",\n    status TEXT NOT NULL DEFAULT ''", ""))
+    rows = [("refused", 0, f"{REFUSED} (banned constructs): dlsym"), ("broken", 0, "error: no such config"),
+            ("built", 1, "built")]
+    con.executemany("INSERT INTO compiles VALUES (?, ?, '', ?, 1.0, 0, 'r', 0)", rows)
+    con.commit()
+    con.close()
+    old = Store(db)
+    assert [old.compile_outcome(key).status for key, _, _ in rows] == [SCAN_REJECTED, COMPILE_ERROR, ""]
+    old.close()
+
+
+def test_sources_and_completions_are_stored_cut_with_a_marker():
+    assert TEXT_CAP >= MAX_SOURCE_CHARS   # a source the search may compile is stored whole
+    assert clip("short") == "short" and clip("x" * TEXT_CAP) == "x" * TEXT_CAP
+    store = Store(":memory:")
+    run = store.create_run("rl", {}, {}, [PROBLEM])
+    huge = "// " + "y" * (3 * TEXT_CAP)
+    cand = Candidate(source=huge, source_name="huge", provenance="llm:x")
+    store.add_proposals(run, 0, PROBLEM, [(Proposal(cand, "scan_rejected", "too long", "the prompt", "z" * 10 ** 6),
+                                           "llm:x")])
+    (row,) = store.query("SELECT source, source_hash FROM candidates")
+    assert row["source"].startswith(huge[:TEXT_CAP]) and len(row["source"]) < TEXT_CAP + 100
+    assert f"{len(huge) - TEXT_CAP} more characters cut" in row["source"]
+    assert row["source_hash"] == hashlib.sha256(huge.encode()).hexdigest()   # the identity of the whole source
+    (proposal,) = store.proposals(run)
+    assert proposal["completion"].startswith("z" * TEXT_CAP) and len(proposal["completion"]) < TEXT_CAP + 100
+    assert f"{10 ** 6 - TEXT_CAP} more characters cut" in proposal["completion"]
+    assert proposal["prompt"] == "the prompt" and proposal["candidate_id"] == cand.id

@@ -77,7 +77,7 @@ class LocalBackend:
                 runnable.append((i, (cand, problem, str(library.resolve()))))
                 continue
             failed = self._failed.get(cand.build_key)
-            yield i, (EvalResult(failed.status, reason=failed.log, compile_s=failed.seconds) if failed else
+            yield i, (EvalResult(failed.status, reason=failed.log[-2000:], compile_s=failed.seconds) if failed else
                       EvalResult(COMPILE_ERROR, reason=f"{cand.build_key}: no library in {self.farm.artifacts} "
                                                        "after its build"))
         if runnable:
