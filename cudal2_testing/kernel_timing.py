@@ -14,6 +14,7 @@ import torch
 import cudal2_ops
 from cudal2_catalog.config import DEFAULT_KNOBS, Knobs
 from cudal2_ops._extension import _C
+from cudal2_testing import lt_baseline
 from cudal2_testing.correctness.reference import DTYPES as TORCH_DTYPES
 from cudal2_testing.correctness.reference import REL_TOL
 from cudal2_testing.correctness.reference import reference as fp32_reference
@@ -56,6 +57,7 @@ class ProblemRun:
     ref: torch.Tensor
     tol: float
     extra_sets: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()  # more (a, b) for cold-weight timing
+    autotuned: lt_baseline.AutotunedLt | None = None  # the cuBLASLt-autotune baseline, created on first use
 
     @classmethod
     def random(cls, layout: str, dtype: str, m: int, n: int, k: int, cold: bool = False) -> "ProblemRun":
@@ -89,9 +91,21 @@ class ProblemRun:
         return ((self.out.float() - self.ref).norm() / self.ref.norm().clamp_min(1e-30)).item()
 
     def baseline_call(self, policy: str = "autotune"):
-        """call(i): cuBLASLt with `policy` ("autotune" tunes on its first call) on input set i."""
+        """call(i): cuBLASLt on input set i, on the baseline instance: "heuristic" (its top algorithm) or "autotune"
+        (lt_baseline.AutotunedLt: the configuration chosen by CUDA-graph replay on the problem's first call, which must
+        not be captured, and kept for this run's later calls; the bar the tables and the search judge use)."""
+        if policy == "autotune":
+            if self.autotuned is None:
+                self.autotuned = lt_baseline.AutotunedLt(self.layout)
+            autotuned = self.autotuned
+
+            def call(i: int) -> None:
+                autotuned(*self.operands(i), self.out)
+            return call
+        heuristic = lt_baseline.heuristic(self.layout)
+
         def call(i: int) -> None:
-            _C.testing.cublaslt_matmul(*self.operands(i), None, self.out, self.layout, policy)
+            heuristic(*self.operands(i), self.out)
         return call
 
     def candidate(self, name: str, knobs: Knobs, target_ms: float = 1.0) -> dict | None:
