@@ -53,7 +53,8 @@ class RunArgs:
     per_round: int = 4
     explore: float = 0.0          # share of each problem's proposals drawn at random (policy rl)
     llm_share: float = 0.25       # share of each problem's proposals asked of the LLM (--llm other than none)
-    llm_prior: float = 0.5        # the LLM as the policy's prior: its imitation step per LLM config (Policy.update)
+    llm_prior: float = 1.0        # the LLM as the policy's prior: its imitation step per LLM config (Policy.update)
+    llm_group: int = 1            # completions sampled per LLM prompt (groups for group-relative RL export)
     budget_evals: int | None = None
     budget_minutes: float | None = None
     seed: int = 0
@@ -83,10 +84,10 @@ def _distance(a: Problem, b: Problem) -> float:
     return sum(abs(math.log2(x) - math.log2(y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
 
 
-def llm_proposer(name: str) -> Proposer:
-    """The LLM proposer (search.llm) for `--llm NAME`."""
+def llm_proposer(name: str, group: int = 1) -> Proposer:
+    """The LLM proposer (search.llm) for `--llm NAME`, sampling `group` completions per prompt."""
     from search.llm import LLMProposer  # only `--llm` other than none needs it
-    return LLMProposer.from_env(name)
+    return LLMProposer.from_env(name, group)
 
 
 def memory_hook(store: Store, path: str) -> None:
@@ -163,7 +164,7 @@ class Search:
             shares = [(main, "policy", 1.0 - a.explore), (RandomProposer(a.seed + 1), "random", a.explore)]
         if a.llm != "none":
             shares = [(p, label, share * (1.0 - a.llm_share)) for p, label, share in shares]
-            shares.append((llm_proposer(a.llm), f"llm:{a.llm}", a.llm_share))
+            shares.append((llm_proposer(a.llm, a.llm_group), f"llm:{a.llm}", a.llm_share))
         return shares
 
     def _remember(self, key: str, cand: Candidate, us: float, speedup: float) -> None:

@@ -121,7 +121,7 @@ class ProblemAwareChat(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        m, n, k = map(int, re.search(r"M=(\d+)\s+N=(\d+) K=(\d+)", body["messages"][1]["content"]).groups())
+        m, n, k = map(int, re.search(r"M=(\d+) N=(\d+) K=(\d+)", body["messages"][1]["content"]).groups())
         answer = completion(type(self).answers.get((m, n, k), json.dumps({"points": []})), body["model"])
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -167,12 +167,14 @@ def evaluations_to_reach(good: Candidate, seed: int, llm: str, llm_prior: float)
 
 def test_a_scripted_llm_proposing_a_known_good_config_makes_the_policy_reach_it_sooner(scripted_llm):
     """Seeds 0-2, 16 evaluations per problem. Where the LLM answered, its proposal reaches the config at once;
-    where it said nothing, only the policy can carry the config there: with the prior it takes fewer evaluations
-    than with the LLM as a mere proposer (its share of proposals, llm_prior 0), which takes fewer than no LLM."""
+    where it said nothing, the policy carries the config there: with the prior (llm_prior 1, the default) in fewer
+    evaluations than with the LLM as a mere proposer (its share of proposals, llm_prior 0: only the library of
+    neighbours' best and REINFORCE carry it), which takes fewer than no LLM. (Measured: 5.7 / 7.5 / 13.7.)"""
     mean = {}
-    for arm, llm, prior in (("none", "none", 0.0), ("proposer", "openai", 0.0), ("prior", "openai", 0.5)):
+    default = RunArgs(budget_evals=1).llm_prior
+    for arm, llm, prior in (("none", "none", 0.0), ("proposer", "openai", 0.0), ("prior", "openai", default)):
         runs = [evaluations_to_reach(scripted_llm, seed, llm, prior) for seed in range(3)]
         mean[arm] = {group: float(np.mean([r[p.key] for r in runs for p in problems]))
                      for group, problems in (("answered", ANSWERED), ("unanswered", UNANSWERED))}
     assert mean["prior"]["answered"] <= 4 and mean["proposer"]["answered"] <= 4 < mean["none"]["answered"], mean
-    assert mean["prior"]["unanswered"] < mean["proposer"]["unanswered"] - 1 < mean["none"]["unanswered"] - 2, mean
+    assert mean["prior"]["unanswered"] + 1 < mean["proposer"]["unanswered"] < mean["none"]["unanswered"] - 3, mean

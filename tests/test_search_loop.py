@@ -7,7 +7,7 @@ import pytest
 from cudal2_ops import tables
 from search import __main__ as cli
 from search.candidate import MALFORMED, OK, SCAN_REJECTED, Candidate, Problem, Proposal
-from search.export import records
+from search.export import lines as export_lines
 from search.loop import RunArgs, Search
 from search.simulate import SimulatedBackend
 from search.source_build import MAX_SOURCE_CHARS
@@ -199,8 +199,9 @@ def test_cli_emit_export(cli_store, tmp_path, monkeypatch):
     assert cli.main(["export", "--store", db, "--out", str(out)]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     store = Store(db, readonly=True)
-    assert lines == records(store)
-    assert lines[0]["prompt"] == "the prompt" and lines[0]["reward"] == -1.0 and lines[0]["status"] == MALFORMED
+    assert lines == export_lines(store)
+    (completion,) = lines[-1]["completions"]   # (format: tests/test_search_export.py)
+    assert (completion["text"], completion["reward"], completion["items"][0]["status"]) == ("oops", -1.0, MALFORMED)
 
 
 def test_emit_keeps_existing_entries_the_run_gives_no_reason_to_drop(tmp_path):

@@ -1,5 +1,6 @@
-"""The LLM proposer's prompt: the kernel C ABI and the family sources, the space, the problem, contrastive measured
-examples and the contextual memory, with the answer format and the rules every source is scanned against."""
+"""The LLM proposer's prompt: first what every problem shares (the kernel C ABI and the family sources, the space,
+the rules every source is scanned against, the answer format), then the problem, contrastive measured examples and
+the contextual memory."""
 from __future__ import annotations
 
 import json
@@ -61,23 +62,37 @@ def examples(context: ProposalContext) -> str:
     return "\n\n".join(text) or "Nothing measured yet."
 
 
-def build(problem: Problem, context: ProposalContext, n: int) -> tuple[str, str]:
-    """(system, user) messages asking for `n` proposals for `problem` on compute capability `context.arch`."""
-    rules = "\n".join(f"- no {what}" for what, _ in BANNED)
-    user = f"""# Problem
-D[M, N] = A[M, K] @ op(B), {problem.dtype}, layout {problem.layout} (nn: B is [K, N]; nt: B is [N, K]), M={problem.m}
-N={problem.n} K={problem.k}, on a GPU of compute capability {context.arch // 10}.{context.arch % 10}.
+PROBLEM_HEADING = "# Problem\n"   # where a prompt's problem-specific part begins (all before it is shared)
 
-# The kernel C ABI
+
+def shared(arch: int) -> str:
+    """The part of the user message that is the same for every problem on compute capability `arch`: the kernel C
+    ABI, the family sources, the search space, the rules for sources and the answer format (first, so that an
+    endpoint's prefix cache and the RL export's prompt store hold it once)."""
+    rules = "\n".join(f"- no {what}" for what, _ in BANNED)
+    return f"""# The kernel C ABI
 {abi_source()}
 
 # Kernel families (templates the points instantiate)
-{family_sources(context.arch)}
+{family_sources(arch)}
 
 # Search space
 ```json
 {json.dumps(schema(), indent=1)}
 ```
+
+# Rules for kernel sources (scanned before compiling; a hit rejects the kernel)
+{rules}
+
+# Answer format
+{ANSWER_FORMAT}"""
+
+
+def specific(problem: Problem, context: ProposalContext, n: int) -> str:
+    """The problem-specific part of the user message: the problem, what was measured, the memory, the task."""
+    capability = f"{context.arch // 10}.{context.arch % 10}"
+    return PROBLEM_HEADING + f"""D[M, N] = A[M, K] @ op(B), {problem.dtype}, layout {problem.layout} (nn: B is [K, N];
+nt: B is [N, K]), M={problem.m} N={problem.n} K={problem.k}, on a GPU of compute capability {capability}.
 
 # Measured so far
 {examples(context)}
@@ -85,10 +100,11 @@ N={problem.n} K={problem.k}, on a GPU of compute capability {context.arch // 10}
 # What we learned (contextual memory)
 {context.memory or "(empty)"}
 
-# Rules for kernel sources (scanned before compiling; a hit rejects the kernel)
-{rules}
-
 # Task
-Propose {n} new candidates likely to beat the fastest above on this problem.
-{ANSWER_FORMAT}"""
-    return SYSTEM, user
+Propose {n} new candidates likely to beat the fastest above on this problem, in the answer format above."""
+
+
+def build(problem: Problem, context: ProposalContext, n: int) -> tuple[str, str]:
+    """(system, user) messages asking for `n` proposals for `problem` on compute capability `context.arch`: the
+    shared part, then the problem's."""
+    return SYSTEM, f"{shared(context.arch)}\n\n{specific(problem, context, n)}"
