@@ -13,7 +13,7 @@ An item is a proposal of the completion that the store recorded: its evaluation'
 candidate was evaluated on the problem in the run, else the fixed failure reward of its own status (malformed,
 infeasible, scan-rejected). A completion's reward is the mean of its items' rewards. Items never evaluated (a run
 stopped first) leave their completion out; the loop records a candidate once per problem and run, so a completion
-whose every point repeats earlier ones has no item and is left out too.
+whose every point repeats earlier ones has no item and is left out too; so is a prompt the endpoint did not answer.
 """
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def groups(store: Store) -> list[dict]:
     verdicts = {(r["run_id"], r["candidate_id"], r["problem_key"]): r for r in store.evaluations()}
     by_prompt: dict[tuple, dict] = {}
     for p in store.proposals():
-        if not p["prompt"]:
-            continue
+        if not p["prompt"] or not p["completion"]:
+            continue   # not an LLM proposal, or the endpoint gave no answer (nothing the model wrote)
         key = (p["run_id"], p["round"], p["problem_key"], p["prompt"])
         group = by_prompt.setdefault(key, {"prompt_text": p["prompt"], "run_id": p["run_id"], "round": p["round"],
                                            "problem": p["problem_key"], "provenance": p["provenance"],

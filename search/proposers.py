@@ -145,9 +145,10 @@ class PolicyProposer:
     search: a `step` share of the mutations moves one choice to an adjacent value, the others redraw one choice from
     the policy); `sample` of them are drawn from the contextual policy; the rest are the untried points of a library
     (the built default kernels and the best candidates of neighbouring problems) that the policy prefers for this
-    problem. On the simulated benchmark, 24 evaluations per problem, 40 G1000 shapes, seeds 0-2, this gives a
-    geomean best speedup of 1.056 / 1.065 / 1.066 against the sweep heuristic's 1.043 / 1.065 / 1.048 and random
-    search's 0.79 / 0.86 / 0.85; without learning (learning rate 0) the same proposer reaches 0.987-1.007."""
+    problem. On the simulated benchmark (the calibrated arch-90 model), 24 evaluations per problem, 40 G1000 shapes,
+    seeds 0-2, this gives a geomean best speedup of 1.166 / 1.080 / 1.131 against the sweep heuristic's 0.950 / 0.953
+    / 0.977 and random search's 0.831 / 0.836 / 0.856; without learning (learning rate 0) the same proposer reaches
+    1.014 / 1.022 / 1.099 (simulated figures: search/README.md, "What the simulator may be cited for")."""
 
     policy: Policy
     exploit: float = 0.5

@@ -1,18 +1,19 @@
-"""A simulated GPU backend: an analytic cost model of each kernel family so that the whole search runs on a CPU.
+"""A simulated GPU backend: a cost model of each kernel family so that the whole search runs on a CPU.
 
 Time of a config on M x N x K = launch floor + max(tensor-core time, DRAM time, L2 time) + split-K reduction, where
 tensor-core time counts waves of CTA tiles (wave quantization) at a per-SM throughput that depends on the family
 (WGMMA vs mma.sync), tile shape, pipeline depth and warps; DRAM time counts operand re-reads (multicast clusters,
 swizzle and raster order for L2 reuse). Every figure carries seeded multiplicative noise. A few points fail on
 purpose, by hash: builds that do not compile, kernels that crash, and kernels that compute wrong results. The
-cuBLASLt baseline is the best of a fixed, hidden set of configs at its own knobs (a heuristic library). A candidate
+cuBLASLt baseline is the best of a fixed, hidden set of configs at its own knobs (a heuristic library; times the
+constant `baseline_scale`). A candidate
 that cannot be built for the simulated GPU's arch (the family's feasibility check, or an sm90 source on sm80) fails
 to compile, as nvcc would. The arch-80 constants are an A100 SXM4's, roughly (ANALYTIC_GPUS); the arch-90 ones
 started as an H100 SXM's (ANALYTIC_GPUS[90]) and are fitted to real H200 and H100 measurements (CALIBRATED_SM90).
 What that buys and what it does not: on held-out problems the calibrated model ranks the built kernels at their
-knobs at a Spearman of 0.61-0.74 against the real sweeps (the analytic one 0.41-0.50; two real sweeps agree at
-0.92-0.93), but not the configs a search explores beyond them, and no simulated speedup is a real one (search/README.md,
-"What the simulator may be cited for").
+knobs at a mean Spearman of 0.46-0.75 against the real sweeps (the hand-set constants 0.41-0.50; two real sweeps
+agree at 0.92-0.93), but not the configs a search explores beyond them (0.2-0.3 either way), and no simulated speedup
+is a real one (search/README.md, "What the simulator may be cited for").
 """
 from __future__ import annotations
 

@@ -9,9 +9,11 @@ candidates weighted by exp(reward / 0.05), smoothed); per-problem baselines and 
 own problems start from their own measurements.
 
 On the simulated benchmark (`python -m studies.budget_study`: 100 G1000 shapes, seeds 0-2, warm start from a simulated
-sweep of 100 other shapes; benchmarks/results/simulated/budget_study_2026-11-25.md) the geomean best speedup at 4 / 8
-/ 24 evaluations per problem is 1.049 / 1.065 / 1.099 warm, 0.889 / 0.981 / 1.065 cold, 0.987 / 1.007 / 1.062 for the
-sweep heuristic; tests/test_search_warm_start.py checks the 4-evaluation gain on a smaller sample.
+sweep of 100 other shapes; the calibrated arch-90 model, benchmarks/results/simulated/
+budget_study_calibrated_2026-11-25.md) the geomean best speedup at 4 / 8 / 24 evaluations per problem is 0.937 /
+0.987 / 1.227 warm, 0.785 / 0.903 / 1.163 cold, 0.840 / 0.869 / 0.975 for the sweep heuristic (simulated figures:
+search/README.md, "What the simulator may be cited for"); tests/test_search_warm_start.py checks the 4-evaluation
+gain on a smaller sample.
 """
 from __future__ import annotations
 

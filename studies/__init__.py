@@ -1,5 +1,6 @@
 """One-off analyses of measurements (sweeps, search stores, simulated runs), each a `python -m studies.<name>` command
 that writes the Markdown or JSON a results file or a document cites: the proposers at several evaluation budgets
-(`budget_study`), PDL on/off ratios (`pdl_effect`), candidate kernels against the built ones (`candidate_report`)
-and the winners' patterns by problem size (`findings`). They sit above search/ and benchmarks/; nothing imports them.
+(`budget_study`), PDL on/off ratios (`pdl_effect`), candidate kernels against the built ones (`candidate_report`),
+the winners' patterns by problem size (`findings`) and the simulated GPU against real kernels
+(`simulator_calibration`). They sit above search/ and benchmarks/; nothing imports them.
 """

@@ -13,8 +13,8 @@ the search's reward is made of); every source of `--report` is then scored on it
 against fitted model:
 
 - Spearman: mean over problems (>= 3 distinct candidates) of the rank correlation, with a bootstrap 95% interval
-  over problems; "searched" restricts a store to configs outside the built default set (the space a search
-  explores, which the sweeps never measured);
+  over problems; "searched" restricts a source to configs outside the built default set (the space a search
+  explores; only the store and one candidate sweep measured such configs);
 - winner: problems where the model's fastest candidate is the real fastest; regret: geomean of the real time of the
   model's fastest over the real fastest;
 - speedup error: median over problems of |log(simulated best speedup / real best speedup)| (simulated cuBLASLt is
@@ -299,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
              f"problems) of {', '.join(p.name for p in args.fit)} (objective: mean Spearman - {SPEEDUP_WEIGHT} x "
              f"median speedup error; each constant within x{BOUND} of its analytic value); every row scores its "
              "source's held-out half (no (M, N, K) of it was fitted). Analytic: search/simulate.py's hand-set "
-             "constants (ANALYTIC_GPUS[90]); fitted: the constants below. Searched configs: a store's candidates "
-             "outside the built default set. Definitions: the study's docstring.", ""]
+             "constants (ANALYTIC_GPUS[90]); fitted: the constants below. Searched configs: a source's candidates "
+             "outside the built default set (the space a search explores beyond the sweep). Definitions: the "
+             "study's docstring.", ""]
     lines += markdown_table(["source"] + [f"analytic {h}" for h in head] + [f"fitted {h}" for h in head[1:]], rows)
     lines += ["", "Ceiling (two real sources on their shared held-out problems and candidates):", ""]
     lines += markdown_table(["a", "b", "problems", "Spearman"],

@@ -12,7 +12,7 @@ import pytest
 
 from search import __main__ as cli
 from search import candidate_space as space
-from search.candidate import MALFORMED, Problem
+from search.candidate import MALFORMED, Problem, Proposal
 from search.export import FORMAT, lines, read
 from search.export_convert import convert, main as convert_main
 from search.llm.client import ChatClient
@@ -81,6 +81,9 @@ def test_export_holds_groups_of_rewarded_completions_and_each_prompt_once(export
                 assert item["reward"] == expected
     assert max(sizes) == 2 and any(len({c["reward"] for c in g["completions"]}) == 2 for g in groups)
     assert any(i["status"] == MALFORMED for g in groups for c in g["completions"] for i in c["items"])
+    unanswered = Proposal(None, MALFORMED, "no answer: timed out", prompt="a prompt the endpoint never answered")
+    store.add_proposal(groups[0]["run_id"], 99, PROBLEMS[0], unanswered, "llm:openai")
+    assert lines(store) == records   # nothing the model wrote: no training example
 
 
 def test_converter_writes_trl_rows(exported, tmp_path, capsys):

@@ -19,8 +19,8 @@ import pytest
 
 from cudal2_catalog.config import HgemmConfig
 from search import candidate_space as space
-from search.candidate import Candidate, Problem
-from search.loop import RunArgs, Search
+from search.candidate import OK, Candidate, EvalResult, Problem, Proposal
+from search.loop import RunArgs, Search, initial_policy
 from search.policy import Policy, features
 from search.simulate import SIM_GPUS, SimulatedBackend, baseline_model_us, model_us
 from search.store import Store
@@ -87,6 +87,30 @@ def test_an_evaluated_llm_config_pulls_the_policy_unless_it_measured_worse():
     assert _choice_probability(failed, SMALL, llm) < before[SMALL.key]
     restored = Policy.from_json(json.loads(json.dumps(prior.to_json())))
     assert restored.llm_prior == 1.0
+
+
+def test_resume_replays_the_prior_of_an_llm_verdict_whose_candidate_another_proposer_named_first(tmp_path,
+                                                                                                 monkeypatch):
+    monkeypatch.setenv("CUDAL2_LLM_BASE_URL", "http://127.0.0.1:9/v1")   # never called: resume only replays
+    monkeypatch.setenv("CUDAL2_LLM_MODEL", "m")
+    store = Store(tmp_path / "s.db")
+    args = RunArgs(llm="openai", budget_evals=10)
+    run_id = store.create_run("rl", dataclasses.asdict(args), SimulatedBackend().environment(), [SMALL, NEAR])
+    cand = space.sample(random.Random(4), SMALL, 90)
+    store.add_proposal(run_id, 0, SMALL, Proposal(dataclasses.replace(cand, provenance="policy")), "policy")
+    store.save_policy(run_id, 0, initial_policy(args).to_json())           # round 0 closed
+    from_llm = dataclasses.replace(cand, provenance="llm:m")
+    store.add_proposal(run_id, 1, NEAR, Proposal(from_llm), "llm:openai")
+    store.add_evaluation(run_id, 1, from_llm, NEAR, EvalResult(OK, us=10.0, baseline_us=9.0, case_speedups=[0.9]),
+                         0.9)                                              # killed before round 1 closed
+    assert store.candidate(cand.id).provenance == "policy"                # the store's first provenance
+    resumed = Search.resume(store, SimulatedBackend(), run_id)
+    live, other = initial_policy(args), initial_policy(args)
+    live.update(NEAR, from_llm, 0.9)
+    other.update(NEAR, cand, 0.9)
+    assert live.llm_prior == resumed.policy.llm_prior == 1.0
+    assert all(np.array_equal(resumed.policy.weights[d], live.weights[d]) for d in live.dims)
+    assert not all(np.array_equal(other.weights[d], live.weights[d]) for d in live.dims)
 
 
 # The known-good configuration experiment: 18 decode-like shapes; the LLM knows one configuration that is good on
