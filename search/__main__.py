@@ -228,7 +228,7 @@ def cmd_emit(ns: argparse.Namespace) -> int:
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    """Writes the store's LLM proposals with their rewards as JSON lines."""
+    """Writes the store's LLM completions grouped per prompt with their rewards (search/README.md, "Export")."""
     from search.export import export
     if ns.out.is_dir():
         raise UserError(f"--out {ns.out} is a folder; give a file name")
@@ -237,7 +237,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
         count = export(store, ns.out)
     finally:
         store.close()
-    print(f"{ns.out}: {count} records")
+    print(f"{ns.out}: {count} completions (grouped per prompt; `python -m search.export_convert` writes TRL datasets)")
     return 0
 
 
@@ -306,7 +306,7 @@ def parser() -> argparse.ArgumentParser:
                       help="share of the cuBLASLt time a kernel must save to take an entry (0 to 1)")
     emit.add_argument("--run", default=None, help="only this run's evaluations (default: all runs of the store)")
     emit.set_defaults(func=cmd_emit)
-    export = sub.add_parser("export", help="(prompt, completion, reward) JSONL for RL fine-tuning", parents=[debug])
+    export = sub.add_parser("export", help="LLM completions grouped per prompt with their rewards, for group-relative RL fine-tuning", parents=[debug])
     export.add_argument("--store", type=Path, required=True)
     export.add_argument("--out", type=Path, required=True)
     export.set_defaults(func=cmd_export)
