@@ -31,7 +31,8 @@ def test_source_routing():
 
 
 def test_config_and_broken_source(tmp_path, kernel_toolchain):
-    farm = CompileFarm(tmp_path / "artifacts", ["80"], jobs=2)
+    # A cache of its own: the first build really compiles, so "only the link runs" below is a real comparison.
+    farm = CompileFarm(tmp_path / "artifacts", ["80"], jobs=2, cache_dir=tmp_path / "cache")
     good, bad = Candidate(config=SMALL_CONFIG), Candidate(source=BROKEN_SOURCE, source_name="broken")
     outcomes = farm.compile([good, bad, Candidate(config=SMALL_CONFIG, knobs=(2, 0, 0))])
     assert set(outcomes) == {good.build_key, bad.build_key}
