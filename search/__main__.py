@@ -92,7 +92,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
                    compile_only=ns.compile_only, memory=ns.memory, arch=ns.arch, backend=ns.backend,
                    artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms,
                    max_builds=ns.max_builds if ns.max_builds is not None else DEFAULT_MAX_BUILDS[ns.backend],
-                   warm_start=[str(p) for p in ns.warm_start])
+                   warm_start=[str(p) for p in ns.warm_start], llm_prior=ns.llm_prior, llm_group=ns.llm_group)
     check_backend(args, ns)
     ray_options = ray_cluster.options(ns, args.backend)
     if args.llm != "none":
@@ -260,6 +260,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--llm", choices=LLMS, default="none",
                      help="none (default) | openai (an OpenAI-compatible endpoint: CUDAL2_LLM_BASE_URL, "
                           "CUDAL2_LLM_MODEL, CUDAL2_LLM_API_KEY)")
+    run.add_argument("--llm-prior", type=number(0, 100), default=1.0,
+                     help="with --llm: the policy's imitation step toward each measured LLM configuration (0: the LLM "
+                          "only proposes; default 1)")
+    run.add_argument("--llm-group", type=integer(1, 16), default=1,
+                     help="with --llm: completions sampled per prompt (groups for group-relative RL export)")
     run.add_argument("--backend", choices=BACKENDS, default="sim")
     run.add_argument("--store", type=Path, default=None, help="SQLite store (default: search.db in this folder)")
     run.add_argument("--compile-only", action="store_true",

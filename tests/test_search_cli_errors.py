@@ -257,3 +257,11 @@ def test_as_a_process_one_line_and_exit_status_2_tracebacks_only_with_debug(tmp_
                            env={} if debug else {"CUDAL2_DEBUG": "1"})
         assert done.returncode != 0 and "Traceback" in done.stderr and "StoreError" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+
+@pytest.mark.parametrize("flag,value", [("--llm-prior", "-1"), ("--llm-prior", "nan"), ("--llm-group", "0"),
+                                        ("--llm-group", "2.5")])
+def test_llm_prior_and_group_are_validated(tmp_path, flag, value, capsys):
+    refused(["run", "--store", str(tmp_path / "s.db"), flag, value], capsys, flag)
+    assert not (tmp_path / "s.db").exists()
