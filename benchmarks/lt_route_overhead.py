@@ -26,8 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per problem")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    os.environ["CUDAL2_DISABLE_PDL"] = "1"
     from cudal2_ops import tables, tune
+
+    tune.disable_pdl()
     from cudal2_ops._extension import _C
     from cudal2_testing import lt_baseline
 

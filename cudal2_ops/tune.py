@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from cudal2_catalog.config import DEFAULT_KNOBS, Knobs
+from cudal2_ops import graph_timing
 from cudal2_ops.tables import Problem
 
 PROBLEMS_FORMAT = "cudal2-problems-1"
@@ -65,50 +66,18 @@ def write_problems(path: Path, problems: Iterable[Problem]) -> list[Problem]:
 
 
 def graph_time_us(fn: Callable[[], object], target_us: float = 150.0, replays: int = 5) -> float:
-    """Median GPU time per call of `fn` (us): calls captured back to back in a CUDA graph (as many as take about
-    `target_us`), the graph replayed `replays` times and each replay timed with CUDA events."""
+    """Median GPU time per call of `fn` (us) by CUDA-graph replay (cudal2_ops.graph_timing), with as many calls per
+    replay (at most 100) as take about `target_us`."""
     import torch
 
-    stream = _timing_stream(torch.cuda.current_device())
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()  # warm-up, outside the capture
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        calls = max(1, min(100, int(target_us / max(start.elapsed_time(stop) * 1e3, 1.0))))
-        graph = torch.cuda.CUDAGraph()
-        graph.capture_begin()  # not torch.cuda.graph(), which runs gc.collect() and empty_cache() on every capture
-        try:
-            for _ in range(calls):
-                fn()
-        finally:
-            graph.capture_end()
-        graph.replay()  # first replay uploads the graph
-        times = []
-        for _ in range(replays):
-            start.record()
-            graph.replay()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1e3 / calls)
-    torch.cuda.current_stream().wait_stream(stream)
-    return statistics.median(times)
-
-
-_STREAMS: dict = {}
-
-
-def _timing_stream(device: int):
-    """One side stream per device for all captures: the extension keeps a workspace per (device, stream) for the
-    process's lifetime, so a new stream per timing would allocate a new one each time."""
-    import torch
-
-    if device not in _STREAMS:
-        _STREAMS[device] = torch.cuda.Stream(device)
-    return _STREAMS[device]
+    fn()  # warm-up, then one call timed with events to size the replay
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    calls = max(1, min(100, int(target_us / max(start.elapsed_time(stop) * 1e3, 1.0))))
+    return statistics.median(graph_timing.replay_us(lambda i: fn(), 1, calls, replays, torch.cuda.Stream()))
 
 
 @dataclass
@@ -275,6 +244,12 @@ def choice_of(entry: dict) -> tuple:
     return ("cublaslt", tuple(sorted((entry.get("cublaslt") or {}).items())))
 
 
+def disable_pdl() -> None:
+    """Times kernels without programmatic dependent launch, as tables are selected (docs/EVALUATION.md). The kernel
+    library reads CUDAL2_DISABLE_PDL once, at its first launch: call this before any kernel runs in the process."""
+    os.environ["CUDAL2_DISABLE_PDL"] = "1"
+
+
 def tune(problems: list[Problem], base_entries: dict, kernels_mode: str = "table", margin: float = DEFAULT_MARGIN,
          progress: bool = True, deadline: float | None = None) -> tuple[dict, Summary]:
     """Tunes `problems` (see the module docstring); returns their entries and a summary against `base_entries`.
@@ -283,7 +258,6 @@ def tune(problems: list[Problem], base_entries: dict, kernels_mode: str = "table
 
     if _C is None:
         raise RuntimeError("cudal2_ops: the compiled extension is not loaded; tuning needs it and a CUDA GPU")
-    os.environ["CUDAL2_DISABLE_PDL"] = "1"  # read once, at the first kernel launch: rewards without PDL overlap
     summary, entries, t0 = Summary(), {}, time.perf_counter()
     for i, problem in enumerate(_progress(problems, progress)):
         if deadline is not None and time.perf_counter() > deadline:
@@ -392,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"python -m cudal2_ops.tune: {exc}", file=sys.stderr)
         return 2
+    disable_pdl()
     device = torch.cuda.current_device()
     facts = tables.DeviceFacts.of(device)
     out = args.out or tables.tuned_table_file(facts)

@@ -51,7 +51,17 @@ def sample(per_combo: int, seed: int) -> list[tuple[int, int, int]]:
     return rng.sample(pool, min(per_combo, len(pool)))
 
 
-def check(problem: tune.Problem, table_entries: dict) -> dict | None:
+def tuned_ms(table_entries: dict) -> dict[tuple, list[int]]:
+    """{(layout, dtype, N, K): sorted M values} of the entries that hold a cuBLASLt configuration."""
+    families: dict[tuple, list[int]] = {}
+    for key, entry in table_entries.items():
+        if entry.get("cublaslt"):
+            layout, dtype, m, n, k = tables.parse_key(key)
+            families.setdefault((layout, dtype, n, k), []).append(m)
+    return {family: sorted(ms) for family, ms in families.items()}
+
+
+def check(problem: tune.Problem, table_entries: dict, families: dict[tuple, list[int]]) -> dict | None:
     """Heuristic, rule and autotune times (us) of one off-grid problem, or None when cuBLASLt cannot run it."""
     run = tune.ProblemRun.make(problem)
     configs = _C.tuning.lt_candidates(run.a, run.b, run.out, problem.layout)
@@ -60,9 +70,7 @@ def check(problem: tune.Problem, table_entries: dict) -> dict | None:
         return None
     heuristic = next((t.us for t in timed if t.config == configs[0]), None)
     best = tune.fastest(timed, lambda c: run.run_config(c.config))[0].us
-    family = sorted(tables.parse_key(key)[2] for key, e in table_entries.items() if e.get("cublaslt")
-                    and tables.parse_key(key)[:2] == (problem.layout, problem.dtype)
-                    and tables.parse_key(key)[3:] == (problem.n, problem.k))
+    family = families.get((problem.layout, problem.dtype, problem.n, problem.k))
     row = {"problem": problem.key, "heuristic_us": heuristic, "autotune_us": best, "rule_m": None}
     if not family or heuristic is None:
         return {**row, "rule_us": heuristic, "rule": "no tuned M for this (N, K): heuristic"}
@@ -105,15 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("check_offgrid_rule: needs a CUDA GPU", file=sys.stderr)
         return 2
-    import os
-
-    os.environ["CUDAL2_DISABLE_PDL"] = "1"
+    tune.disable_pdl()
     table = json.loads(args.table.read_text())
+    families = tuned_ms(table["entries"])
     rows = []
     for dtype in args.dtypes.split(","):
         for layout in args.layouts.split(","):
             for m, n, k in sample(args.per_combo, args.seed):
-                row = check(tune.Problem(layout, dtype, m, n, k), table["entries"])
+                row = check(tune.Problem(layout, dtype, m, n, k), table["entries"], families)
                 if row is not None and row["heuristic_us"] is not None:
                     rows.append(row)
     result = verdict(rows)

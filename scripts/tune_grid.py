@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("tune_grid: needs a CUDA GPU", file=sys.stderr)
         return 2
+    tune.disable_pdl()
     base = json.loads(args.base.read_text()) if args.base.exists() else None
     base_entries = (base or {}).get("entries", {})
     runs, entries = [], {}

@@ -30,3 +30,10 @@ def test_the_rule_is_safe_only_without_losses():
     assert not rule.verdict(lossy)["safe"]  # two losses in 20
     slower = [row(10.0, 10.2, 9.0)] * 20
     assert not rule.verdict(slower)["safe"]  # no loss beyond 3%, but slower on geomean
+
+
+def test_tuned_ms_groups_configuration_entries_by_layout_dtype_n_k():
+    lt = {"cublaslt": {"algo_id": 1}}
+    entries = {"nt_fp16_64_256_512": lt, "nt_fp16_8_256_512": lt, "nn_fp16_16_256_512": lt,
+               "nt_fp16_32_256_512": {"kernel": "k"}}
+    assert rule.tuned_ms(entries) == {("nt", "fp16", 256, 512): [8, 64], ("nn", "fp16", 256, 512): [16]}

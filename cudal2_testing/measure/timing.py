@@ -15,6 +15,8 @@ from typing import Callable, Hashable
 
 import torch
 
+from cudal2_ops import graph_timing
+
 # A call on input set i (kernel mode rotates sets for a cold L2).
 IndexedCall = Callable[[int], object]
 
@@ -47,32 +49,8 @@ def kernel_mode(call: IndexedCall, n_sets: int, est_ms: float, *, target_ms: flo
                 cold_cap: int = 4096, min_reps: int = 5, small_reps: int = 10) -> dict:
     """Per-call GPU time from CUDA-graph replays of R back-to-back calls rotating over `n_sets` input sets."""
     reps_calls = calls_per_replay(est_ms, target_ms, cold_cap if n_sets > 1 else cap, n_sets)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm the side stream (per-stream handles and workspaces) before capture
-        for i in range(2):
-            call(i % n_sets)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    # capture_begin/end rather than torch.cuda.graph(), which runs gc.collect() and empty_cache() on every capture
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        try:
-            for i in range(reps_calls):
-                call(i % n_sets)
-        finally:
-            graph.capture_end()
-    graph.replay()
-    torch.cuda.synchronize()
     reps = min_reps if est_ms * reps_calls >= 3 * target_ms else small_reps
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    per_call_us = [s.elapsed_time(e) * 1e3 / reps_calls for s, e in events]
-    del graph
+    per_call_us = graph_timing.replay_us(call, n_sets, reps_calls, reps, torch.cuda.Stream())
     return {**summarize_us(per_call_us), "calls_per_replay": reps_calls}
 
 
