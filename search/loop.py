@@ -181,7 +181,8 @@ class Search:
                                neighbour_best=sorted(near, key=lambda m: -m.speedup)[:CONTRAST], memory=memory,
                                seen=set(self.tried.get(problem.key, set())),
                                built=self.store.built_keys() | self.prebuilt | self.planned,
-                               can_build=self.builds_left() > 0)
+                               can_build=self.builds_left() > 0,
+                               pool=self.backend.pool(problem) if hasattr(self.backend, "pool") else None)
 
     def builds_left(self) -> float:
         """New builds the run may still compile (infinite without max_builds)."""

@@ -6,6 +6,7 @@ protocol. Proposers avoid the candidates in `context.seen` (already proposed for
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from typing import Protocol
 
@@ -33,7 +34,8 @@ class Measured:
 class ProposalContext:
     """What a proposer knows about one problem: the GPU's arch, the fastest and slowest measured candidates of this
     problem and of its neighbouring problems (with times), the contextual-memory text, the ids already tried, and
-    the build keys already built (all a proposer may use once `can_build` is False)."""
+    the build keys already built (all a proposer may use once `can_build` is False) and, when the backend can
+    evaluate only some candidates (a replay of measured times), the ids it can: `pool` (None: the whole space)."""
 
     arch: int
     best: list[Measured] = dataclasses.field(default_factory=list)
@@ -43,6 +45,7 @@ class ProposalContext:
     seen: set[str] = dataclasses.field(default_factory=set)
     built: set[str] = dataclasses.field(default_factory=set)
     can_build: bool = True   # False once the run's build budget is spent: only `built` build keys may be proposed
+    pool: frozenset[str] | None = None  # the only candidate ids a proposer may return (None: no restriction)
 
 
 class Proposer(Protocol):
@@ -53,15 +56,23 @@ class Proposer(Protocol):
 
 
 def _fresh(cand: Candidate, problem: Problem, context: ProposalContext, taken: set[str]) -> bool:
-    """Whether `cand` is new for this problem, buildable within the build budget and feasible on the arch."""
-    return (cand.id not in context.seen and cand.id not in taken and
-            (context.can_build or cand.build_key in context.built) and check(cand, problem, context.arch)[0])
+    """Whether `cand` is new for this problem, in the backend's pool, buildable within the build budget and feasible
+    on the arch (a proposer draws again when it is not)."""
+    return (cand.id not in context.seen and cand.id not in taken and (context.pool is None or cand.id in context.pool)
+            and (context.can_build or cand.build_key in context.built) and check(cand, problem, context.arch)[0])
+
+
+@functools.lru_cache(maxsize=16)
+def built_configs(built: frozenset[str], dtype: str, layout: str) -> list[HgemmConfig]:
+    """The configs among build keys `built` of `dtype` and `layout`, sorted (parsed once per set of builds: a
+    proposer restricted to built kernels draws from them many times)."""
+    configs = sorted(HgemmConfig.from_name(key) for key in built if not key.startswith("src_"))
+    return [c for c in configs if (c.dtype, c.layout) == (dtype, layout)]
 
 
 def sample_built(rng: random.Random, problem: Problem, context: ProposalContext, provenance: str) -> Candidate | None:
     """A random already-built config of the problem's dtype and layout with random knobs (None if there is none)."""
-    configs = sorted(HgemmConfig.from_name(key) for key in context.built if not key.startswith("src_"))
-    configs = [c for c in configs if (c.dtype, c.layout) == (problem.dtype, problem.layout)]
+    configs = built_configs(frozenset(context.built), problem.dtype, problem.layout)
     if not configs:
         return None
     cfg = rng.choice(configs)

@@ -1,0 +1,88 @@
+"""The measured scorer: a sweep file replayed as a backend (search.backends.replay) and the budget study on it
+(studies.budget_replay)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from search.backends.replay import ReplayBackend
+from search.candidate import INCORRECT, OK, UNSUPPORTED, Candidate
+from search.errors import UserError
+from search.loop import RunArgs, Search
+from search.store import Store
+from search.table_select import read_sweep
+from studies import budget_replay
+
+REPO = Path(__file__).resolve().parent.parent
+H100_SWEEP = REPO / "benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz"
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory) -> Path:
+    """The committed H100 sweep cut to 6 fp16 NT problems, one candidate marked incorrect and one not timed."""
+    doc = read_sweep(H100_SWEEP)
+    rows = [r for r in doc["rows"] if (r["layout"], r["dtype"]) == ("nt", "fp16")][:6]
+    rows[0]["candidates"][0] = {**rows[0]["candidates"][0], "correct": False}
+    rows[0]["candidates"][1] = {**rows[0]["candidates"][1], "us": None}
+    path = tmp_path_factory.mktemp("replay") / "sweep.json"
+    path.write_text(json.dumps({**doc, "rows": rows}))
+    return path
+
+
+def test_replay_answers_with_the_measurement_and_only_inside_the_pool(small_sweep):
+    backend = ReplayBackend(small_sweep)
+    problem = backend.measured_problems("nt", "fp16")[0]
+    row = next(r for r in read_sweep(small_sweep)["rows"] if (r["m"], r["n"], r["k"]) == (problem.m, problem.n,
+                                                                                           problem.k))
+    cands = [Candidate(config=c["kernel"], knobs=(c["splits"], c["swizzle"], c["raster"])) for c in row["candidates"]]
+    assert {c.id for c in cands} >= backend.pool(problem) and len(backend.pool(problem)) > 2
+    verdicts = backend.evaluate([(c, problem) for c in cands[:3]])
+    assert [v.status for v in verdicts] == [INCORRECT, UNSUPPORTED, OK]
+    assert verdicts[2].us == row["candidates"][2]["us"] and verdicts[2].baseline_us == row["baseline_us"]
+    assert backend.environment()["arch"] == 90 and {c.config for c in cands} <= backend.prebuilt()
+    outside = Candidate(config=cands[2].config, knobs=(7, 7, 7))
+    with pytest.raises(KeyError, match="not measured"):
+        backend.evaluate([(outside, problem)])
+
+
+@pytest.mark.parametrize("policy", ["random", "rl", "sweep"])
+def test_a_replayed_run_proposes_only_measured_candidates(small_sweep, policy):
+    backend = ReplayBackend(small_sweep)
+    problems = backend.measured_problems("nt", "fp16")
+    store = Store(":memory:")
+    search = Search.start(store, backend, RunArgs(policy=policy, budget_evals=8 * len(problems), max_builds=0),
+                          problems)
+    search.run()
+    rows = store.evaluations(search.run_id)
+    assert len(rows) == 8 * len(problems)
+    assert all(r["candidate_id"] in backend.pool(next(p for p in problems if p.key == r["problem_key"]))
+               for r in rows)
+    proposed = store.query("SELECT candidate_id, problem_key FROM proposals WHERE run_id = ?", (search.run_id,))
+    pools = {p.key: backend.pool(p) for p in problems}
+    assert all(r["candidate_id"] in pools[r["problem_key"]] for r in proposed)
+
+
+def test_a_shorter_budget_is_the_prefix_of_a_longer_run(small_sweep):
+    """The study reads every budget off one run: the run at 4 per problem is the first evaluations of the run at 12."""
+    backend = ReplayBackend(small_sweep)
+    problems = backend.measured_problems("nt", "fp16")
+    short = budget_replay.replay_run(backend, problems, "rl", 1, 4)
+    long = budget_replay.replay_run(backend, problems, "rl", 1, 12)
+    assert short == long[:4] and len(long) == 12
+    assert all(a <= b for a, b in zip(long, long[1:]))  # the best found never gets worse
+    assert long[-1] <= budget_replay.geomean([backend.best_speedup(p) for p in problems]) + 1e-12
+
+
+def test_evals_to_reach_starts_at_one_round():
+    assert budget_replay.evals_to_reach(0.9, [0.95, 0.5, 0.5, 0.8, 0.9, 1.0]) == 5
+    assert budget_replay.evals_to_reach(1.1, [0.95, 1.0, 1.0, 1.0]) is None
+
+
+def test_warm_start_from_the_scored_gpu_is_refused(small_sweep):
+    env = ReplayBackend(small_sweep).environment()
+    with pytest.raises(UserError, match="leave-one-GPU-out"):
+        budget_replay.check_leave_one_gpu_out(env, [H100_SWEEP], small_sweep)
+    other = REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json"
+    budget_replay.check_leave_one_gpu_out(env, [other], small_sweep)
