@@ -50,7 +50,9 @@ class Backend(Protocol):
         have been compiled by an earlier process (the loop never recompiles a build key the store has): the backend
         finds its artifact by build key (e.g. in its artifacts folder). A backend may also offer
         `evaluate_iter(requests) -> Iterator[tuple[int, EvalResult]]`, the same verdicts as (request index, verdict)
-        in the order they finish: the loop then stores each as it arrives (else when `evaluate` returns)."""
+        in the order they finish: the loop then stores each as it arrives (else when `evaluate` returns). A backend
+        that can evaluate only some candidates (a replay of measured times) offers `measured_pool(problem) ->
+        frozenset[str]`, the candidate ids it can evaluate there: the proposers then keep to them."""
 
     def prebuilt(self) -> set[str]:
         """Build keys that need no compile (the default kernels built into the extension's library): the loop

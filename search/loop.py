@@ -182,7 +182,8 @@ class Search:
                                seen=set(self.tried.get(problem.key, set())),
                                built=self.store.built_keys() | self.prebuilt | self.planned,
                                can_build=self.builds_left() > 0,
-                               pool=self.backend.pool(problem) if hasattr(self.backend, "pool") else None)
+                               pool=(self.backend.measured_pool(problem) if hasattr(self.backend, "measured_pool")
+                                     else None))
 
     def builds_left(self) -> float:
         """New builds the run may still compile (infinite without max_builds)."""

@@ -37,7 +37,7 @@ def test_replay_answers_with_the_measurement_and_only_inside_the_pool(small_swee
     row = next(r for r in read_sweep(small_sweep)["rows"] if (r["m"], r["n"], r["k"]) == (problem.m, problem.n,
                                                                                            problem.k))
     cands = [Candidate(config=c["kernel"], knobs=(c["splits"], c["swizzle"], c["raster"])) for c in row["candidates"]]
-    assert {c.id for c in cands} >= backend.pool(problem) and len(backend.pool(problem)) > 2
+    assert {c.id for c in cands} >= backend.measured_pool(problem) and len(backend.measured_pool(problem)) > 2
     verdicts = backend.evaluate([(c, problem) for c in cands[:3]])
     assert [v.status for v in verdicts] == [INCORRECT, UNSUPPORTED, OK]
     assert verdicts[2].us == row["candidates"][2]["us"] and verdicts[2].baseline_us == row["baseline_us"]
@@ -57,10 +57,10 @@ def test_a_replayed_run_proposes_only_measured_candidates(small_sweep, policy):
     search.run()
     rows = store.evaluations(search.run_id)
     assert len(rows) == 8 * len(problems)
-    assert all(r["candidate_id"] in backend.pool(next(p for p in problems if p.key == r["problem_key"]))
+    assert all(r["candidate_id"] in backend.measured_pool(next(p for p in problems if p.key == r["problem_key"]))
                for r in rows)
     proposed = store.query("SELECT candidate_id, problem_key FROM proposals WHERE run_id = ?", (search.run_id,))
-    pools = {p.key: backend.pool(p) for p in problems}
+    pools = {p.key: backend.measured_pool(p) for p in problems}
     assert all(r["candidate_id"] in pools[r["problem_key"]] for r in proposed)
 
 

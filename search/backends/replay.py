@@ -5,8 +5,8 @@ A `python -m search.sweep` file holds, per problem, the kernel-mode times of the
 of the knob grids of the two fastest, measured on one GPU with the cuBLASLt-autotune baseline of the same row. This
 backend answers an evaluation with that measurement: OK with the measured time and the row's baseline, INCORRECT for
 a candidate the sweep found wrong, UNSUPPORTED for one that declined the problem there. What the sweep did not
-measure has no verdict here, so the search is restricted to the measured pool: `pool(problem)` gives the candidate
-ids the proposers may choose from (search.loop passes it to every proposer as `ProposalContext.pool`: a proposal
+measure has no verdict here, so the search is restricted to the measured pool: `measured_pool(problem)` gives the
+candidate ids the proposers may choose from (search.loop passes it to every proposer as `ProposalContext.pool`: a proposal
 outside it is re-drawn, never evaluated), and `prebuilt()` the kernels the pool holds (with no build budget the
 proposers keep to them). Replayed evaluations are real hardware timings, but of a restricted space: they can rank
 proposers on how fast they find the best of the measured pool, not on anything outside it.
@@ -58,7 +58,7 @@ class ReplayBackend:
         return [p for key, p in self.problems.items()
                 if (p.layout, p.dtype) == (layout, dtype) and self.measured.get(key)]
 
-    def pool(self, problem: Problem) -> frozenset[str]:
+    def measured_pool(self, problem: Problem) -> frozenset[str]:
         """The candidate ids measured on `problem` (empty for a problem the file does not hold)."""
         return frozenset(self.measured.get(problem.key, {}))
 
