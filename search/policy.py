@@ -134,6 +134,12 @@ class Policy:
             total += float(logp[self.dims[dim].index(value)] - logp.max())
         return total
 
+    def log_probability(self, problem: Problem, candidate: Candidate) -> float:
+        """The log-probability that `sample(problem)` draws a config candidate's point."""
+        phi = features(problem)
+        return sum(float(self.log_probabilities(dim, phi)[self.dims[dim].index(value)])
+                   for dim, value in self._choices(point_of(candidate)))
+
     def _choices(self, point: dict[str, Any]) -> list[tuple[str, Any]]:
         """(dimension, value) of every choice a point makes."""
         family = point["family"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import random
 from typing import Protocol
 
@@ -174,6 +175,17 @@ class PolicyProposer:
                     if m.candidate.config]
         return sorted(defaults + transfer, key=lambda c: -self.policy.preference(problem, c))
 
+    def _draw_from_pool(self, problem: Problem, context: ProposalContext, take, wanted: int) -> None:
+        """`wanted` draws of the policy restricted to the backend's pool: its untried members sampled without
+        replacement in proportion to their probability under the policy (the policy conditioned on the pool, which
+        drawing until a point lands in it approximates at far greater cost)."""
+        members = [candidate_of_id(cid, self.provenance) for cid in sorted(context.pool - context.seen)]
+        weights = [math.exp(self.policy.log_probability(problem, c)) for c in members]
+        while wanted > 0 and members:
+            i = self.policy.rng.choices(range(len(members)), weights=weights)[0] if sum(weights) > 0 else 0
+            wanted -= take(members.pop(i))
+            weights.pop(i)
+
     def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
         """`n` new feasible candidates (fewer if the policy keeps drawing tried or infeasible points)."""
         taken: set[str] = set()
@@ -202,7 +214,9 @@ class PolicyProposer:
             if len(out) >= n - draws:
                 break
             take(cand)
-        for _ in range(n * MAX_DRAWS):
+        if context.pool is not None:
+            self._draw_from_pool(problem, context, take, n - len(out))
+        for _ in range(n * MAX_DRAWS if context.pool is None else 0):
             if len(out) >= n:
                 break
             cand = self.policy.sample(problem, self.provenance)
