@@ -13,6 +13,8 @@ import threading
 # `kernel_lib.compile_object` alone) on the project's 2-core CPU machine, nvcc 13.0, CUTLASS 4.2.0.0, 2026-11-25:
 #   decode       decode_fp16_nt_8x128x128_s4_w8 2.3 s (8.0, compile alone), 2.7-2.8 s with start and link (8.0, 9.0a);
 #                decode_bf16_nt_64x256x64_s4_w8 2.9 s (9.0a, alone), 4.3 s with start and link (8.0)
+#   tiny         tiny_fp16_nt_32x64x64_s4_w8, tiny_bf16_nn_64x128x64_s3_w16 1.5-1.6 s (8.0, 9.0, compile alone),
+#                2.5 s with start and link (tiny_fp16_nt_64x64x64_s3_w4 8.0 and 9.0a, 2026-11-26)
 #   sm80_cute    sm80_cute_fp16_nt_64x64x64_s3_w4 29.3 s (8.0), 23.6 s (9.0a)
 #   sm90_tma_ws  ..._fp16_nt_64x16x128_s0_c1x1_pingpong_persistent_swap 47.9 s, ..._fp16_nt_128x256x64_s0_c2x1_coop_
 #                persistent 52.3 s, ..._fp16_nt_128x128x64_s0_c1x1_coop_streamk 51.3 s (9.0a)
@@ -21,7 +23,7 @@ import threading
 # clone at 25406cc (2 cores, no GPU) took 19 min 32 s (1172 s) for that build (issue 24). On an H100 host (16 cores,
 # 16 jobs) the 61 kernels for 9.0a took 2 min 57 s against 1 min 58 s predicted (16 compiles at once run slower each);
 # the running correction said 1 min 26 s left at the first finished kernel, when 1 min 54 s were.
-FAMILY_SECONDS = {"decode": 3.0, "sm80_cute": 26.0, "sm90_tma_ws": 50.0}
+FAMILY_SECONDS = {"tiny": 2.0, "decode": 3.0, "sm80_cute": 26.0, "sm90_tma_ws": 50.0}
 # A kernel of no family above (e.g. one the search wrote): counted as the slowest family.
 UNKNOWN_FAMILY_SECONDS = max(FAMILY_SECONDS.values())
 

@@ -131,7 +131,7 @@ def common_flags() -> list[str]:
             "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "--use_fast_math"]
 
 
-FAMILY_HEADER_PREFIXES = ("sm90_", "sm80_", "decode_")
+FAMILY_HEADER_PREFIXES = ("sm90_", "sm80_", "decode_", "tiny_")
 
 
 @functools.lru_cache(maxsize=None)

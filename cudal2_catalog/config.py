@@ -9,14 +9,14 @@ import dataclasses
 import re
 from typing import NamedTuple
 
-FAMILIES = ("sm90_tma_ws", "sm80_cute", "decode")
+FAMILIES = ("sm90_tma_ws", "sm80_cute", "decode", "tiny")
 DTYPES = ("fp16", "bf16")
 LAYOUTS = ("nn", "nt")
 EPILOGUES = ("nosmem",)         # non-default values of HgemmConfig.epilogue (name tokens)
 SPLITK_POLICIES = ("workspace",)  # non-default values of HgemmConfig.splitk (name tokens)
 
 # Where each family's generated sources live, and which GPU architectures they are compiled for.
-ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80"}
+ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80", "tiny": "sm80"}
 
 
 class Knobs(NamedTuple):
@@ -55,7 +55,7 @@ class HgemmConfig:
     family: one of FAMILIES. dtype: "fp16" | "bf16". layout: "nn" (B is [K, N]) | "nt" (B is [N, K]).
     tile_m/tile_n/tile_k: CTA tile. stages: pipeline depth (0 = the family's automatic choice).
     cluster_m/cluster_n: thread-block cluster (sm90). schedule: "coop" | "pingpong" (sm90).
-    scheduler: "persistent" | "streamk" (sm90). warps: warps per CTA (sm80, decode).
+    scheduler: "persistent" | "streamk" (sm90). warps: warps per CTA (sm80, decode, tiny).
     swap_ab: compute D^T = B A^T so that the weight rows tile CUTLASS's M and the small M its N (sm90, NT only):
     tile_m then counts weight rows and tile_n rows of A.
     epilogue: "" (the family's default) | "nosmem" (sm90: accumulators stored straight from registers, no shared

@@ -22,7 +22,8 @@ POINT_FIELDS = ("family", "dtype", "layout", *CONFIG_FIELDS, *KNOB_FIELDS)
 
 MEANINGS = {
     "family": "kernel family: sm90_tma_ws (CUTLASS 3 TMA + WGMMA, Hopper), sm80_cute (CuTe mma.sync, sm80+), "
-              "decode (mma.sync split-K for small M)",
+              "decode (mma.sync split-K for small M), tiny (mma.sync, latency-bound: tiny GEMMs and long K with "
+              "small M x N, K split over warps and cluster CTAs)",
     "dtype": "input/output element type (accumulation is fp32)",
     "layout": "nn: B is [K, N]; nt: B is [N, K] (nn.Linear weight)",
     "tile_m": "CTA tile rows of D (with swap_ab: rows of the weight)",
@@ -33,11 +34,12 @@ MEANINGS = {
     "cluster_n": "thread-block cluster size along N (TMA multicast of A)",
     "schedule": "sm90 warp specialization: coop (2 consumer warpgroups on one tile) or pingpong (alternating tiles)",
     "scheduler": "sm90 tile scheduler: persistent (data parallel) or streamk (K work split evenly over SMs)",
-    "warps": "warps per CTA (sm80_cute, decode)",
+    "warps": "warps per CTA (sm80_cute, decode, tiny)",
     "swap_ab": "compute D^T = B A^T so that small M sits on the MMA's narrow N side (sm90, nt only)",
     "epilogue": "'' = stage D in shared memory and store by TMA; nosmem = store from registers (sm90 persistent)",
     "splitk": "'' = the family's split-K reduction; workspace = partials always through a workspace (sm80_cute)",
-    "splits": "runtime split-K parts (0 = the kernel's automatic choice; stream-K decomposition on sm90)",
+    "splits": "runtime split-K parts (0 = the kernel's automatic choice; stream-K decomposition on sm90; tiny: CTAs of "
+              "a cluster, 1..8)",
     "swizzle": "runtime CTA swizzle group: output tiles walked together for L2 reuse (0 = default)",
     "raster": "runtime raster order: 1 = along M, 2 = along N (0 = heuristic)",
 }

@@ -88,8 +88,10 @@ run_stage() {
                 stage candidates_build bash -c "$PY -m cudal2_catalog.codegen --names ${names//,/ } &&
                   $PY -m build_tools.kernel_lib --names ${names//,/ } --out $lib" &&
                 CUDAL2_TEST_KERNEL_LIB=$lib stage candidates_tests "$PY" -m pytest -q -m gpu tests/gpu/test_kernels_sm90_tma_ws.py \
-                  tests/gpu/test_kernels_sm80_cute.py tests/gpu/test_kernels_decode.py --no-header -rfE
-                stage candidates_sanitize "$PY" scripts/sanitize_kernels.py --lib $lib --out "$OUT_DIR/candidates_sanitize.json"
+                  tests/gpu/test_kernels_sm80_cute.py tests/gpu/test_kernels_decode.py tests/gpu/test_kernels_tiny.py \
+                  --no-header -rfE
+                stage candidates_sanitize "$PY" scripts/sanitize_kernels.py --lib $lib --racecheck-families tiny \
+                  --out "$OUT_DIR/candidates_sanitize.json"
                 CUDAL2_KERNEL_LIBS=$lib CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage candidates_sweep "$PY" -m search.sweep \
                   --cold-weights --sample 0 --max-log2-mnk 0 --min-m "${CANDIDATES_MIN_M:-1}" --max-m "${CANDIDATES_MAX_M:-64}" \
                   --out "$OUT_DIR/sweep_candidates.json" --budget-s "${SWEEP_BUDGET_S:-600}" &&

@@ -7,6 +7,7 @@ access past a tensor is outside any allocation) and also checks the results agai
 
     python3 scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so --sample 20 --out sanitize.json
     python3 scripts/sanitize_kernels.py --lib LIB --kernel NAME --racecheck-families sm80_cute,decode
+    python3 scripts/sanitize_kernels.py --lib LIB --families tiny --racecheck-families tiny   # one family, both tools
 
 Reports per kernel and tool: clean, errors (sanitizer errors), wrong (results off), untested (no shape supported)
 unsupported_device (the sanitizer refuses the GPU, e.g. in a sandboxed runtime) or failed (crash, timeout); exits 1
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, help="number of kernels to sample (default: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kernel", action="append", help="sanitize this kernel (repeatable; overrides --sample)")
+    parser.add_argument("--families", default="", help="comma-separated families: sample only their kernels")
     parser.add_argument("--racecheck-families", default="", help="comma-separated families also run under racecheck")
     parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in DEFAULT_SHAPES),
                         help="MxNxK,... problems to run each kernel on")
@@ -169,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
 
     library = KernelLibrary(args.lib)
     runnable = library.runnable_on()
-    names = args.kernel or sample_kernels(list(runnable), args.sample, args.seed)
+    families = {f for f in args.families.split(",") if f}
+    pool = [name for name in runnable if not families or library.kernels[name].family in families]
+    names = args.kernel or sample_kernels(pool, args.sample, args.seed)
     race_families = {f for f in args.racecheck_families.split(",") if f}
     start = time.perf_counter()
     runs = [(name, tool) for name in names

@@ -30,7 +30,7 @@ from search.compile_farm import source_arch_dir
 from cudal2_catalog.config import HgemmConfig
 from cudal2_catalog.families import sm90_tma_ws
 
-ANALYTIC_LAUNCH_US = {"sm90_tma_ws": 3.2, "sm80_cute": 2.6, "decode": 2.4}
+ANALYTIC_LAUNCH_US = {"sm90_tma_ws": 3.2, "sm80_cute": 2.6, "decode": 2.4, "tiny": 2.0}
 TEST_CASES = 3                 # timed repetitions of each problem (the reward averages their speedups)
 NOISE = 0.015                  # relative standard deviation of one timing
 COMPILE_FAIL_EVERY = 41        # about one build in this many fails to compile
@@ -110,7 +110,7 @@ def with_parameters(gpu: SimGpu, values: dict[str, float], name: str | None = No
 
 ANALYTIC_GPUS = {
     90: SimGpu("Simulated H100 SXM", 90, 132, sm_tflops=7.5, dram_bytes_per_us=3.0e6, l2_bytes_per_us=9.0e6,
-               l2_bytes=50 * 2**20, family_peak={"sm90_tma_ws": 0.88, "sm80_cute": 0.55, "decode": 0.40},
+               l2_bytes=50 * 2**20, family_peak={"sm90_tma_ws": 0.88, "sm80_cute": 0.55, "decode": 0.40, "tiny": 0.40},
                baseline=(_sm90_kernel((128, 256, 64), (2, 1), "coop", "persistent"),
                          _sm90_kernel((256, 128, 64), (1, 2), "coop", "persistent"),
                          _sm90_kernel((128, 128, 64), (1, 1), "coop", "persistent"),
@@ -119,7 +119,7 @@ ANALYTIC_GPUS = {
                          _sm90_kernel((64, 256, 64), (1, 1), "pingpong", "persistent"))),
     # mma.sync is the A100's native path (312 TFLOP/s over 108 SMs); cuBLASLt's Ampere kernels as sm80_cute tiles.
     80: SimGpu("Simulated A100-SXM4-80GB", 80, 108, sm_tflops=2.9, dram_bytes_per_us=1.9e6, l2_bytes_per_us=5.5e6,
-               l2_bytes=40 * 2**20, family_peak={"sm80_cute": 0.80, "decode": 0.58},
+               l2_bytes=40 * 2**20, family_peak={"sm80_cute": 0.80, "decode": 0.58, "tiny": 0.58},
                baseline=(_sm80_kernel(256, 128, 32, 8, 3), _sm80_kernel(128, 256, 32, 8, 3),
                          _sm80_kernel(128, 128, 32, 4, 5), _sm80_kernel(128, 64, 32, 4, 6),
                          _sm80_kernel(64, 64, 64, 4, 3))),
@@ -187,6 +187,8 @@ def _auto_splits(cfg: HgemmConfig, tiles: int, k: int, sm_count: int) -> int:
         return max(1, min(k_tiles, sm_count // max(tiles, 1)))
     if cfg.family == "sm80_cute" and tiles < sm_count // 2:
         return max(1, min(8, k_tiles, sm_count // tiles))
+    if cfg.family == "tiny":  # cluster parts of >= 256 of K (sm_90 only: model_terms runs it unsplit before)
+        return max(1, min(8, k_tiles, k // 256, sm_count // tiles))
     return 1
 
 
@@ -238,6 +240,8 @@ def model_terms(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k
         fixup = c.streamk_fixup
     else:
         parts = splits if (splits and cfg.family != "sm90_tma_ws") else _auto_splits(cfg, tiles, k, gpu.sm_count)
+        if cfg.family == "tiny":  # K parts reduce in a cluster of at most 8 CTAs, on sm_90 only
+            parts = min(parts, 8) if gpu.arch >= 90 else 1
         parts = min(parts, math.ceil(k / cfg.tile_k))
         waves = math.ceil(tiles * parts / gpu.sm_count)
         k_share, fixup = k / parts, 1.0

@@ -14,7 +14,7 @@ from search.simulate import SimulatedBackend
 from search.store import Store
 from search.table_select import table_path
 
-SM80_FAMILIES = {"sm80_cute", "decode"}
+SM80_FAMILIES = {"sm80_cute", "decode", "tiny"}
 A100 = tables.DeviceFacts("Simulated A100-SXM4-80GB", 108, (8, 0), "simulated")
 EVALS = 200
 

@@ -15,7 +15,7 @@ NT = Problem("nt", "fp16", 4096, 4096, 4096)
 
 def test_schema_is_json_with_choices_and_meanings_for_every_family():
     doc = json.loads(json.dumps(catalog_space.schema()))
-    assert set(doc["families"]) == {"sm90_tma_ws", "sm80_cute", "decode"}
+    assert set(doc["families"]) == {"sm90_tma_ws", "sm80_cute", "decode", "tiny"}
     for fam in doc["families"].values():
         for entry in list(fam["fields"].values()) + list(fam["knobs"].values()):
             assert entry["choices"] and entry["meaning"]

@@ -13,14 +13,12 @@
 #define CUDAL2_DECODE_KERNEL_CUH_
 
 #include "cudal2/cluster_splitk.cuh"
-#include "cudal2/decode_ptx.cuh"
+#include "cudal2/int_math.cuh"
+#include "cudal2/mma_sync_ptx.cuh"
+#include "cudal2/warp_group_reduce.cuh"
 
 namespace cudal2 {
 namespace decode {
-
-__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-__host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
-__host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
 // Compile-time shape of one instantiation; shared by the kernel and its host launcher.
 template <bool kNT_, int kTileM_, int kTileN_, int kTileK_, int kStages_, int kWarps_>
@@ -162,21 +160,7 @@ __device__ __forceinline__ void mma_tile(const T* stage_smem, float (&acc)[Tr::k
 template <class Tr>
 __device__ __forceinline__ void reduce_warps_k(float (&acc)[Tr::kRowTiles][Tr::kMTiles][4], float* scratch, int wn,
                                                int wk) {
-  if (Tr::kWarpsK == 1) return;
-  const int lane = threadIdx.x & 31;
-  constexpr int kPerWarp = Tr::kRowTiles * Tr::kMTiles * 4;
-  auto slot = [&](int w, int i) { return ((w * Tr::kWarpsN + wn) * kPerWarp + i) * 32 + lane; };
-  if (wk > 0) {
-#pragma unroll
-    for (int i = 0; i < kPerWarp; ++i) scratch[slot(wk - 1, i)] = (&acc[0][0][0])[i];
-  }
-  __syncthreads();
-  if (wk == 0) {
-    for (int w = 0; w < Tr::kWarpsK - 1; ++w) {
-#pragma unroll
-      for (int i = 0; i < kPerWarp; ++i) (&acc[0][0][0])[i] += scratch[slot(w, i)];
-    }
-  }
+  reduce_warp_groups<Tr::kRowTiles * Tr::kMTiles * 4, Tr::kWarpsK, Tr::kWarpsN>(&acc[0][0][0], scratch, wn, wk);
 }
 
 // Calls f(m, n, value) for every accumulator element of this warp that lies inside the problem.

@@ -1,7 +1,7 @@
-// PTX wrappers used by the decode GEMM family: cp.async (zero-filling), ldmatrix and mma.sync m16n8k16 with fp32
-// accumulation. sm_80+ only; torch-free.
-#ifndef CUDAL2_DECODE_PTX_CUH_
-#define CUDAL2_DECODE_PTX_CUH_
+// PTX wrappers shared by the mma.sync GEMM families (decode, tiny): cp.async (zero-filling), ldmatrix and mma.sync
+// m16n8k16 with fp32 accumulation, and fp32 <-> element conversions. sm_80+ only; torch-free.
+#ifndef CUDAL2_MMA_SYNC_PTX_CUH_
+#define CUDAL2_MMA_SYNC_PTX_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,20 +10,23 @@
 #include "cudal2/pdl.cuh"
 
 namespace cudal2 {
-namespace decode {
 
 // Shared-memory address of a generic pointer into shared memory (for PTX operands).
 __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
-// Asynchronous 16-byte copy global -> shared that bypasses L1 and asks L2 to fetch 256-byte sectors groups.
-// When `valid` is false nothing is read and the 16 destination bytes are zero-filled (src must still be a
-// mapped address; callers pass the tensor's base pointer).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
+// Asynchronous 16-byte copy global -> shared that bypasses L1 and asks L2 to fetch 256-byte sectors groups. Only
+// the first `src_bytes` (0..16) bytes are read at src, the rest of the 16 destination bytes are zero-filled (src must
+// still be a mapped, 16-byte aligned address; callers pass the tensor's base pointer when nothing is read).
+__device__ __forceinline__ void cp_async_16_partial(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
+}
+
+// cp_async_16_partial of all 16 bytes when `valid`, else of none (the destination is zero-filled).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  cp_async_16_partial(dst, src, valid ? 16 : 0);
 }
 
 // Closes the current group of cp.async operations.
@@ -87,7 +90,6 @@ __device__ __forceinline__ __half from_float<__half>(float x) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-}  // namespace decode
 }  // namespace cudal2
 
-#endif  // CUDAL2_DECODE_PTX_CUH_
+#endif  // CUDAL2_MMA_SYNC_PTX_CUH_

@@ -1,0 +1,105 @@
+// Host side of the tiny GEMM family: the kernel C ABI (can_implement, workspace_size, launch) of one instantiation of
+// tiny_gemm_kernel, and the export macro used by generated `kernels/sm80/tiny_*.cu` files.
+//
+// Runtime knobs: `splits` = CTAs splitting K per output tile, reduced inside a thread-block cluster (1..8, sm_90+;
+// larger requests are clamped to 8 and to the number of K tiles, then rebalanced so that no part is empty; 0 =
+// automatic: enough parts to fill the SMs when every part keeps at least kMinSplitK of K, else 1). Before sm_90 there
+// is no cluster and K is split only across the warps of the CTA (warps_k, compile time). `swizzle` and `raster` are
+// ignored. Never a workspace, never a second kernel. On sm_90 the GEMM launches with programmatic dependent launch
+// (unless CUDAL2_DISABLE_PDL=1).
+// Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): K % 8 == 0; A and B 16-byte aligned with
+// lda, ldb multiples of 8 elements; M below 65536 tiles; the device grants the CTA's shared memory. Any M and N; D and
+// bias have no alignment requirement.
+#ifndef CUDAL2_TINY_GEMM_CUH_
+#define CUDAL2_TINY_GEMM_CUH_
+
+#include <climits>
+#include <type_traits>
+
+#include "cudal2/kernel_export.h"
+#include "cudal2/launch.cuh"
+#include "cudal2/tiny_kernel.cuh"
+
+namespace cudal2 {
+namespace tiny {
+
+// Least K per split part of the automatic choice: shorter parts cost more in the cluster reduction than they save.
+constexpr int kMinSplitK = 256;
+
+template <class T, class Tr>
+struct TinyGemm {
+  static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value, "fp16 or bf16 only");
+  static constexpr int kDtype = std::is_same<T, __half>::value ? CUDAL2_FP16 : CUDAL2_BF16;
+  static constexpr int kLayout = Tr::kNT ? CUDAL2_NT : CUDAL2_NN;
+
+  // CUDAL2_OK when launch() runs `p` correctly.
+  static cudal2_status can_implement(const cudal2_problem* p) {
+    const cudal2_status common = check_common(p, kDtype, kLayout);
+    if (common != CUDAL2_OK) return common;
+    if (p->k % 8 != 0) return CUDAL2_UNSUPPORTED;
+    if (p->lda % 8 != 0 || p->ldb % 8 != 0 || !is_aligned(p->a, 16) || !is_aligned(p->b, 16)) return CUDAL2_UNSUPPORTED;
+    // 32-bit sizes and tile indices; M tiles fit the grid's y dimension.
+    if (p->m > INT_MAX || p->n > INT_MAX - Tr::kTileN || p->k > INT_MAX - Tr::kTileK) return CUDAL2_UNSUPPORTED;
+    if (ceil_div(static_cast<int>(p->m), Tr::kTileM) > 65535) return CUDAL2_UNSUPPORTED;
+    return Tr::kSmemBytes <= current_device_smem_optin() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
+  }
+
+  // Split parts for `p` (see the header comment): 1 without a cluster-capable device.
+  static int splits(const cudal2_problem* p) {
+    const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
+    int s = p->splits;
+    if (s <= 0) {
+      const long long tiles = static_cast<long long>(ceil_div(static_cast<int>(p->n), Tr::kTileN)) *
+                              ceil_div(static_cast<int>(p->m), Tr::kTileM);
+      const int sms = p->sm_count > 0 ? p->sm_count : current_device_sm_count();
+      const long long fill = max_int(1, sms) / tiles;
+      s = static_cast<int>(fill < kMaxClusterSplits ? fill : kMaxClusterSplits);
+      s = min_int(s, static_cast<int>(p->k / kMinSplitK));
+    }
+    s = max_int(1, min_int(min_int(s, kMaxClusterSplits), k_tiles));
+    if (!cluster_splitk_available(s)) return 1;
+    return ceil_div(k_tiles, ceil_div(k_tiles, s));
+  }
+
+  // The family never needs a workspace.
+  static size_t workspace_size(const cudal2_problem*) { return 0; }
+
+  // Enqueues the GEMM on p->stream.
+  static cudal2_status launch(const cudal2_problem* p) {
+    const cudal2_status ok = can_implement(p);
+    if (ok != CUDAL2_OK) return ok;
+    const int s = splits(p);
+    Params<T> args;
+    args.a = static_cast<const T*>(p->a);
+    args.b = static_cast<const T*>(p->b);
+    args.d = static_cast<T*>(p->d);
+    args.bias = static_cast<const T*>(p->bias);
+    args.m = static_cast<int>(p->m);
+    args.n = static_cast<int>(p->n);
+    args.k = static_cast<int>(p->k);
+    args.lda = p->lda;
+    args.ldb = p->ldb;
+    args.ldd = p->ldd;
+    args.splits = s;
+    args.tiles_per_split = ceil_div(ceil_div(args.k, Tr::kTileK), s);
+
+    if (allow_dynamic_smem<tiny_gemm_kernel<T, Tr>>(Tr::kSmemBytes) != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
+    LaunchSpec spec{dim3(ceil_div(args.n, Tr::kTileN), ceil_div(args.m, Tr::kTileM), s), dim3(Tr::kThreads),
+                    Tr::kSmemBytes};
+    if (s > 1) spec.cluster = dim3(1, 1, s);
+    spec.programmatic = pdl_allowed();
+    return launch_status(launch_kernel(tiny_gemm_kernel<T, Tr>, spec, static_cast<cudaStream_t>(p->stream), args));
+  }
+};
+
+}  // namespace tiny
+}  // namespace cudal2
+
+// Exports kernel NAME as TinyGemm<T, Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>> (T: __half or
+// __nv_bfloat16; NT: true for B [N, K], false for B [K, N]).
+#define CUDAL2_TINY_KERNEL(NAME, T, NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS)                                     \
+  using NAME##_impl = cudal2::tiny::TinyGemm<T, cudal2::tiny::Traits<NT, TILE_M, TILE_N, TILE_K, STAGES, WARPS>>; \
+  CUDAL2_EXPORT_KERNEL(NAME, "tiny", 80, 90, NAME##_impl::kDtype, NAME##_impl::kLayout, 1,                          \
+                       &NAME##_impl::can_implement, &NAME##_impl::workspace_size, &NAME##_impl::launch)
+
+#endif  // CUDAL2_TINY_GEMM_CUH_

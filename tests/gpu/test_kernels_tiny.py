@@ -1,0 +1,182 @@
+"""GPU tests of the `tiny` kernel family (latency-bound GEMMs), run through the torch-free kernel library.
+
+The library is $CUDAL2_TEST_KERNEL_LIB (e.g. python -m build_tools.kernel_lib --names tiny_... --out lib.so), else
+the one the build installed (cudal2_ops/libcudal2_kernels.so); a GPU run with neither fails. Problems are checked
+with the correctness harness (cudal2_testing.correctness: randn against the fp32 reference within the baseline's
+error, exact integers, NaN-poisoned output and 64 KiB guards, determinism, the caller's stream, CUDA-graph capture)
+at every `splits` value: on sm_90 splits 2..8 reduce K in a thread-block cluster, before sm_90 every value runs
+unsplit. Timing is the sweep's job (python -m search.sweep).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudal2_testing.correctness import all_passed, exact_expected, exact_inputs, reference, run_checks, summarize
+from cudal2_testing.correctness.inputs import generator, random_inputs
+from cudal2_testing.correctness.kernel_impl import KernelImpl
+from cudal2_testing.correctness.reference import REL_TOL
+from cudal2_testing.kernel_library import Kernel, KernelError, KernelLibrary
+from kernel_lib_under_test import library_under_test
+
+DTYPES = (torch.float16, torch.bfloat16)
+# Issue 29's problems: tiny GEMMs (launch-latency bound) and long K with a small M x N (under-parallelised).
+TINY_SHAPES = [(128, 256, 64), (512, 128, 64), (2048, 64, 64)]
+LONG_K_SHAPES = [(64, 256, 4096), (128, 64, 8192), (128, 1024, 16384), (256, 1024, 8192)]
+# Residues in M and N against every tile, K a multiple of 8 but not of the K tile, a single row and column.
+ODD_SHAPES = [(1, 1, 8), (7, 65, 1000), (33, 97, 136), (65, 1000, 8), (129, 31, 4104), (97, 200, 520)]
+# The harness checks a kernel can pass: "layouts" breaks 16-byte alignment on purpose, which the family refuses.
+CHECKS = ("random", "exact", "exact_small_k", "guards", "determinism", "stream", "graph")
+SPLITS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 64)  # 64: clamped to 8
+STATUS_UNSUPPORTED = 1
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, Kernel]:
+    path = library_under_test()
+    found = {n: k for n, k in KernelLibrary(path).runnable_on().items() if k.family == "tiny"}
+    if not found:
+        pytest.skip(f"no tiny kernel in {path} runs on this GPU")
+    return found
+
+
+def of(kernels: dict[str, Kernel], dtype: torch.dtype, layout: str) -> list[Kernel]:
+    """The library's tiny kernels of one dtype and layout (skips when there is none)."""
+    found = [k for k in kernels.values() if k.dtype == dtype and k.layout == layout]
+    if not found:
+        pytest.skip(f"no {layout} {dtype} tiny kernel in the library")
+    return found
+
+
+def tile_m(kernel: Kernel) -> int:
+    """The kernel's CTA tile rows (from its name)."""
+    return int(kernel.name.split("_")[3].split("x")[0])
+
+
+def assert_checks_pass(kernel: Kernel, shapes, with_bias: bool, splits: int = 0, checks=CHECKS) -> None:
+    """Runs the correctness harness on `kernel` with `splits` over `shapes`; every check must pass."""
+    results = run_checks(KernelImpl(kernel, splits=splits), shapes, kernel.layout, kernel.dtype, with_bias=with_bias,
+                         checks=checks)
+    assert all_passed(results), f"{kernel.name} splits={splits}:\n{summarize(results)}"
+
+
+def padded(rows: int, cols: int, dtype: torch.dtype, fill: torch.Tensor) -> torch.Tensor:
+    """A [rows, cols] view of `fill` with row stride round_up(cols, 8) whose padding holds NaN (reading it shows)."""
+    storage = torch.full((rows, (cols + 7) // 8 * 8), float("nan"), dtype=dtype, device="cuda")
+    view = storage[:, :cols]
+    view.copy_(fill)
+    return view
+
+
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_issue_shapes_pass_the_harness(kernels, layout, dtype, with_bias):
+    """The tiny and long-K problems of issue 29 with the automatic split (a cluster on sm_90 for long K)."""
+    for kernel in of(kernels, dtype, layout):
+        assert_checks_pass(kernel, TINY_SHAPES + LONG_K_SHAPES, with_bias)
+
+
+@pytest.mark.parametrize("splits", SPLITS)
+def test_every_split_count_passes_the_harness(kernels, splits):
+    """Each cluster size (and the clamp above 8) on a long-K problem and on odd shapes, with bias."""
+    for kernel in kernels.values():
+        shapes = [(64, 256, 4096), (67, 136, 4104)] + ([(33, 97, 1000)] if kernel.layout == "nt" else [])
+        assert_checks_pass(kernel, shapes, True, splits, checks=("random", "exact", "guards", "determinism"))
+
+
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_odd_shapes_with_padded_rows(kernels, layout, dtype):
+    """Any M and N, K % 8 == 0: leading dimensions padded to 8 with NaN in the padding (never read), output padding
+    columns untouched, bias fused, at splits 0, 1 and 3."""
+    for kernel in of(kernels, dtype, layout):
+        for m, n, k in ODD_SHAPES:
+            a, b, bias = random_inputs((m, n, k), layout, dtype, True, m * n + k, "cuda")
+            a, b = padded(*a.shape, dtype, a), padded(*b.shape, dtype, b)
+            ref = reference(a, b, layout, bias)
+            for splits in (0, 1, 3):
+                out = padded(m, n, dtype, torch.zeros(m, n, dtype=dtype, device="cuda"))
+                out.fill_(float("nan"))
+                kernel.run(a, b, bias, out=out, splits=splits)
+                assert not out.isnan().any(), f"{kernel.name} {m}x{n}x{k} splits={splits}: outputs left unwritten"
+                err = ((out.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                assert err <= REL_TOL[dtype], f"{kernel.name} {m}x{n}x{k} splits={splits}: rel error {err:.2e}"
+                beyond = out.as_strided((m, out.stride(0)), out.stride())[:, n:]
+                assert beyond.isnan().all(), f"{kernel.name} {m}x{n}x{k}: wrote past N"
+
+
+@pytest.mark.parametrize("splits", [0, 1, 4, 8])
+def test_exact_integers_with_integer_bias(kernels, splits):
+    """0/1 operands with sums above 2048 and an integer bias: dtype(exact) bit for bit (a K tile summed twice or
+    missed, or a bias added per split, changes the result)."""
+    for kernel in kernels.values():
+        shape = (70, 136, 4104)
+        a, b, _ = exact_inputs(shape, kernel.layout, kernel.dtype, False, 5, "cuda")
+        bias = torch.randint(-4, 5, (shape[1],), generator=generator(6, "cuda"), device="cuda").to(kernel.dtype)
+        expected = exact_expected(a, b, kernel.layout, bias)
+        assert expected.float().max() > 2048
+        out = kernel.run(a, b, bias, splits=splits)
+        assert torch.equal(out, expected), f"{kernel.name} splits={splits}: {(out != expected).sum().item()} differ"
+
+
+def test_no_workspace_at_any_split(kernels):
+    for kernel in kernels.values():
+        a, b, _ = random_inputs((128, 1024, 16384), kernel.layout, kernel.dtype, False, 0, "cuda")
+        out = torch.empty(128, 1024, dtype=kernel.dtype, device="cuda")
+        for splits in SPLITS:
+            p = kernel.problem(a, b, out, splits=splits)
+            assert kernel.can_implement(p) and kernel.workspace_size(p) == 0, (kernel.name, splits)
+
+
+def test_rejects_unsupported(kernels):
+    """K % 8 != 0, A or B not 16-byte aligned, a leading dimension not a multiple of 8, and more than 65535 M tiles
+    are refused by can_implement (and by launch, so the dispatcher falls back)."""
+    for kernel in kernels.values():
+        dt, layout = kernel.dtype, kernel.layout
+
+        def b_of(n: int, k: int) -> torch.Tensor:
+            return torch.zeros((n, k) if layout == "nt" else (k, n), dtype=dt, device="cuda")
+
+        out = torch.empty(16, 64, dtype=dt, device="cuda")
+        a = torch.zeros(16, 64, dtype=dt, device="cuda")
+        assert kernel.can_implement(kernel.problem(a, b_of(64, 64), out))
+        refused = [
+            (torch.zeros(16, 60, dtype=dt, device="cuda"), b_of(64, 60), out),                  # K % 8
+            (torch.zeros(16, 72, dtype=dt, device="cuda")[:, 1:65], b_of(64, 64), out),         # A misaligned
+            (torch.zeros(16, 68, dtype=dt, device="cuda")[:, :64], b_of(64, 64), out),          # lda % 8
+            (a, torch.zeros(64 * 64 + 8, dtype=dt, device="cuda")[1:64 * 64 + 1].view(b_of(64, 64).shape), out),
+        ]
+        rows = 65535 * tile_m(kernel) + 1
+        refused.append((torch.zeros(rows, 8, dtype=dt, device="cuda"), b_of(8, 8),
+                        torch.empty(rows, 8, dtype=dt, device="cuda")))                          # M tiles
+        for i, (aa, bb, oo) in enumerate(refused):
+            p = kernel.problem(aa, bb, oo)
+            assert not kernel.can_implement(p), f"{kernel.name}: case {i} accepted"
+            assert kernel.launch(p) == STATUS_UNSUPPORTED, f"{kernel.name}: case {i} launched"
+        with pytest.raises(KernelError):
+            kernel.run(*refused[0][:2])
+
+
+@pytest.mark.parametrize("splits", [1, 4, 8])
+def test_programmatic_launch_sees_preceding_writes(kernels, splits):
+    """Enqueued back to back without syncs (programmatic dependent launch on sm_90), every GEMM sees what the kernel
+    just before it wrote: a copy kernel overwrites the weight before the first GEMM, and the second GEMM reads the
+    first one's output. Sparse 0/1 inputs keep every value an integer below 2048: results are exact."""
+    gen = generator(9, "cuda")
+    for kernel in of(kernels, torch.float16, "nt"):
+        m, n = 64, 1024  # square weight: the first GEMM's output feeds the second
+
+        def bits(shape, density):
+            return (torch.rand(*shape, generator=gen, device="cuda") < density).half()
+
+        a, weights = bits((m, n), 0.5), [bits((n, n), 0.02) for _ in range(2)]
+        w = torch.empty_like(weights[0])
+        outs = []
+        for i in range(8):
+            w.copy_(weights[i % 2])
+            outs.append(kernel.run(kernel.run(a, w, splits=splits), w, splits=splits))
+        torch.cuda.synchronize()
+        for i, out in enumerate(outs):
+            wt = weights[i % 2].float().t()
+            assert torch.equal(out.float(), (a.float() @ wt) @ wt), f"{kernel.name} splits={splits}: call {i} differs"

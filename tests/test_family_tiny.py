@@ -1,0 +1,156 @@
+"""CPU tests of the `tiny` kernel family: feasibility, names, rendering, knob grid, the default set, and nvcc compiles
+of one fp16 NT and one bf16 NN instance for the library's sm80-folder targets."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+
+import pytest
+
+from build_tools import kernel_lib
+from cudal2_catalog import codegen, space
+from cudal2_catalog.config import ARCH_DIR, FAMILIES, HgemmConfig, Knobs
+from cudal2_catalog.families import knob_grid, tiny
+
+
+def cfg(**overrides) -> HgemmConfig:
+    base = HgemmConfig("tiny", "fp16", "nt", 64, 64, 64, stages=3, warps=8)
+    return dataclasses.replace(base, **overrides)
+
+
+def test_registered_as_an_sm80_folder_family():
+    assert "tiny" in FAMILIES and ARCH_DIR["tiny"] == "sm80"
+    assert "tiny" in space.families_for(80) and "tiny" in space.families_for(90)
+    assert "tiny" not in space.families_for(100)
+    assert "tiny_" in kernel_lib.FAMILY_HEADER_PREFIXES
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (dict(tile_m=16), "tile_m and tile_n"),
+    (dict(tile_n=96), "tile_m and tile_n"),
+    (dict(tile_k=16), "tile_k"),
+    (dict(tile_k=256), "tile_k"),
+    (dict(stages=1), "stages"),
+    (dict(stages=7), "stages"),
+    (dict(warps=3), "warps must be one of"),
+    (dict(warps=0), "warps must be one of"),
+    (dict(warps=2), "multiple of the 2x2 warp tiles"),       # 4 warp tiles of 32x32, 2 warps
+    (dict(tile_m=128, tile_n=128, warps=8), "multiple of the 4x4"),
+    (dict(tile_k=32, warps=16), "warps along K (4) must divide tile_k/16 (2)"),
+    (dict(tile_m=128, tile_n=128, tile_k=128, stages=6, warps=16), "shared memory"),
+    (dict(cluster_n=2), "sm90_tma_ws fields"),
+    (dict(schedule="coop"), "sm90_tma_ws fields"),
+    (dict(swap_ab=True), "sm90_tma_ws fields"),
+    (dict(splitk="workspace"), "runtime splits knob"),
+])
+def test_infeasible_configs_are_rejected_with_a_reason(overrides, reason):
+    ok, why = tiny.feasible(cfg(**overrides), 90)
+    assert not ok and reason in why, why
+
+
+def test_arch_range_and_smem_limits():
+    assert tiny.feasible(cfg(), 80) == (True, "")
+    assert tiny.feasible(cfg(), 90) == (True, "")
+    assert tiny.feasible(cfg(), 75)[0] is False
+    assert tiny.feasible(cfg(), 100)[0] is False
+    big = cfg(tile_m=128, tile_n=128, tile_k=128, stages=3, warps=16)  # 3 x 69632 B: fits sm_90, not sm_80
+    assert tiny.smem_bytes(big) == 3 * 2 * 2 * 128 * 136
+    assert tiny.feasible(big, 90)[0] and not tiny.feasible(big, 80)[0]
+
+
+def test_warp_grid_and_smem_model():
+    assert tiny.warp_grid(cfg()) == (2, 2, 2)
+    assert tiny.warp_grid(cfg(tile_m=32, tile_n=64, warps=8)) == (1, 2, 4)
+    assert tiny.warp_grid(cfg(tile_m=128, tile_n=32, warps=4)) == (4, 1, 1)
+    # stage = A [64][64+8] + B (nt: [64][64+8]; nn: [64][64+8]) halves
+    assert tiny.smem_bytes(cfg()) == 3 * (64 * 72 + 64 * 72) * 2
+    assert tiny.smem_bytes(cfg(layout="nn", tile_n=128, warps=16)) == 3 * (64 * 72 + 64 * 136) * 2
+    # a pipeline smaller than the fp32 tile the cluster reduction needs, or than the warps_k scratch
+    short_k = cfg(tile_m=128, tile_n=128, tile_k=32, stages=2, warps=16)
+    assert tiny.smem_bytes(short_k) == 128 * 128 * 4
+    scratch = cfg(tile_m=64, tile_n=32, tile_k=128, stages=2, warps=16)  # warps_k = 8: 7 partial tiles
+    assert tiny.smem_bytes(scratch) == 7 * 64 * 32 * 4
+
+
+def test_every_warp_count_has_registers_for_the_kernel():
+    """The register use does not depend on the config (fixed warp tile), so feasible() has no register rule: the
+    bound the compile test enforces must fit the largest CTA's share of the register file."""
+    assert tiny.REGISTERS_BOUND <= tiny.REGISTER_FILE // (max(tiny.WARPS) * 32)
+
+
+def test_render_is_deterministic_and_names_the_kernel():
+    c = cfg(dtype="bf16", layout="nn")
+    text = codegen.render(c)
+    assert text == codegen.render(c)
+    assert '#include "cudal2/tiny_gemm.cuh"' in text
+    assert f"CUDAL2_TINY_KERNEL({c.name}, __nv_bfloat16, false, 64, 64, 64, 3, 8)" in text
+    assert "torch" not in text
+    with pytest.raises(ValueError, match="not feasible"):
+        codegen.render(cfg(warps=3))
+
+
+def test_name_round_trip():
+    assert cfg().name == "tiny_fp16_nt_64x64x64_s3_w8"
+    for c in [cfg(), cfg(dtype="bf16", layout="nn", tile_m=32, tile_n=128, tile_k=128, stages=2, warps=16),
+              *tiny.default_configs()]:
+        assert HgemmConfig.from_name(c.name) == c
+        assert c.arch_dir == "sm80"
+
+
+def test_knob_grid_lists_cluster_splits_up_to_the_k_tiles():
+    c = cfg()
+    assert knob_grid(c.name, 128, 256, 64) == [Knobs(splits=1)]
+    assert knob_grid(c.name, 64, 256, 4096) == [Knobs(splits=s) for s in (1, 2, 3, 4, 6, 8)]
+    assert knob_grid(c.name, 64, 256, 200) == [Knobs(splits=s) for s in (1, 2, 3, 4)]  # 4 K tiles, the last partial
+    assert all(s.splits in tiny.KNOB_SPACE["splits"] for s in knob_grid(c.name, 1, 1, 1 << 20))
+
+
+def test_space_points_round_trip_and_check():
+    c = cfg(layout="nn")
+    point = space.point_of(c, Knobs(splits=8))
+    assert space.parse_point(point) == (c, Knobs(splits=8))
+    assert space.check(c, Knobs(splits=8), 90) == (True, "")
+    assert not space.check(c, Knobs(splits=9), 90)[0]
+    assert not space.check(c, Knobs(swizzle=1), 90)[0]
+
+
+def test_default_set_per_dtype_and_layout():
+    configs = tiny.default_configs()
+    assert len({c.name for c in configs}) == len(configs)
+    for dtype in ("fp16", "bf16"):
+        for layout in ("nt", "nn"):
+            mine = [c for c in configs if (c.dtype, c.layout) == (dtype, layout)]
+            assert 1 <= len(mine) <= 4
+            assert {tiny.warp_grid(c)[2] for c in mine} != {1}, "some default splits K over warps"
+    assert all(tiny.feasible(c, arch)[0] for c in configs for arch in (80, 90))
+    listed = set(codegen.DEFAULT_SET_FILE.read_text().split())
+    assert {c.name for c in configs} <= listed
+
+
+def test_generated_sources_match_render():
+    for c in tiny.default_configs():
+        path = codegen.KERNELS_DIR / c.arch_dir / f"{c.name}.cu"
+        assert path.exists() and path.read_text() == codegen.render(c), f"regenerate {path}"
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(dtype="fp16", layout="nt", tile_m=32, tile_n=64, tile_k=64, stages=4, warps=8),
+    dict(dtype="bf16", layout="nn", tile_m=64, tile_n=128, tile_k=64, stages=3, warps=16),
+])
+def test_instances_compile_for_sm80_and_sm90_without_spills(tmp_path, kernel_toolchain, overrides):
+    """The library's flags for the sm80 folder (sm_80 and sm_90 code): no error, no spill, registers within the
+    bound feasible() relies on."""
+    c = cfg(**overrides)
+    src = codegen.write_kernel(c, tmp_path)
+    arch_flags = kernel_lib.gencode_flags("sm80", kernel_lib.parse_arch_list("8.0;9.0a"))
+    assert len(arch_flags) == 2
+    cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), *arch_flags, "-Xptxas", "-v", "-c", str(src),
+           "-o", str(tmp_path / "k.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    used = [int(n) for n in re.findall(r"Used (\d+) registers", proc.stderr)]
+    assert len(used) >= 2, proc.stderr[-2000:]  # one kernel per target
+    assert max(used) <= tiny.REGISTERS_BOUND, used
+    spills = [line for line in proc.stderr.splitlines() if "spill" in line]
+    assert spills and all(" 0 bytes spill" in line for line in spills)
