@@ -26,10 +26,12 @@ TILE_K = (32, 64, 128)
 WARPS = (1, 2, 4, 8, 16)
 MAX_STAGES = 6
 REGISTER_FILE = 65536             # 32-bit registers per SM, shared by the CTA's threads under __launch_bounds__
-# Registers per thread do not depend on the config (the warp tile is fixed: 32 accumulators, double-buffered
-# fragments, addresses): ptxas reported 63..94 for the default set (nvcc 13.0, sm_80 and sm_90), under the 128 that
-# the largest CTA (16 warps) may use, so feasible() has no register rule; tests/test_family_tiny.py checks both.
-REGISTERS_BOUND = 96
+MAX_REGISTERS = 255
+# Registers per thread: a fixed part (32 accumulators, double-buffered fragments, loop state) plus the unrolled
+# cp.async copies (address and predicate per 16-byte chunk). ptxas (nvcc 13.0, sm_80 and sm_90) reported 64-98 for
+# 2-8 chunks per thread, 96-128 for 10-24 and 195 for 32 (tiny_fp16_nt_32x32x128_s2_w1); this bound stays above all.
+BASE_REGISTERS = 84
+REGISTERS_PER_CHUNK = 4
 MAX_CLUSTER_SPLITS = 8            # kMaxClusterSplits of cluster_splitk.cuh
 KNOB_SPLITS = (1, 2, 3, 4, 6, 8)  # cluster split parts (1 = none); the default 0 fills the SMs for long K
 
@@ -72,6 +74,17 @@ def smem_bytes(cfg: HgemmConfig) -> int:
     return max(cfg.stages * stage, (warps_k - 1) * tile_fp32, tile_fp32)
 
 
+def registers(cfg: HgemmConfig) -> int:
+    """Estimated registers per thread (an upper bound of what ptxas reported; see BASE_REGISTERS)."""
+    chunks = (cfg.tile_m + cfg.tile_n) * cfg.tile_k // 8 / (cfg.warps * 32)
+    return BASE_REGISTERS + REGISTERS_PER_CHUNK * math.ceil(chunks)
+
+
+def register_cap(cfg: HgemmConfig) -> int:
+    """Registers per thread a CTA of `warps` warps may use (__launch_bounds__, one CTA per SM)."""
+    return min(MAX_REGISTERS, REGISTER_FILE // (cfg.warps * 32))
+
+
 def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     """Whether `cfg` builds and runs on compute capability `arch`; (False, reason) otherwise. Pure."""
     if cfg.family != FAMILY:
@@ -99,6 +112,9 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"warps along K ({warps_k}) must divide tile_k/16 ({cfg.tile_k // 16})"
     if smem_bytes(cfg) > smem_limit(arch):
         return False, f"shared memory {smem_bytes(cfg)} B exceeds {smem_limit(arch)} B on sm_{arch}"
+    if registers(cfg) > register_cap(cfg):
+        return False, (f"estimated {registers(cfg)} registers per thread exceed the {register_cap(cfg)} that "
+                       f"{cfg.warps * 32} threads per CTA may use")
     return True, ""
 
 

@@ -5,7 +5,11 @@ the one the build installed (cudal2_ops/libcudal2_kernels.so); a GPU run with ne
 with the correctness harness (cudal2_testing.correctness: randn against the fp32 reference within the baseline's
 error, exact integers, NaN-poisoned output and 64 KiB guards, determinism, the caller's stream, CUDA-graph capture)
 at every `splits` value: on sm_90 splits 2..8 reduce K in a thread-block cluster, before sm_90 every value runs
-unsplit. Timing is the sweep's job (python -m search.sweep).
+unsplit. Every tiny kernel of the library is tested; beyond the default set, these variants cover a one-warp tile
+with warps_k 2 and tile_k 32, 4 x 1 warp tiles with tile_k 128, warps_k 8, and a pipeline smaller than the cluster's
+fp32 tile: tiny_fp16_nn_32x32x32_s2_w2 tiny_bf16_nt_128x32x128_s2_w8 tiny_fp16_nt_64x32x128_s2_w16
+tiny_fp16_nn_128x128x32_s2_w16 (python -m cudal2_catalog.codegen --names ..., then build them with the defaults).
+Timing is the sweep's job (python -m search.sweep).
 """
 from __future__ import annotations
 
