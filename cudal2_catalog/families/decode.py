@@ -9,22 +9,18 @@ pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA t
 """
 from __future__ import annotations
 
-import math
-
 from cudal2_catalog.config import HgemmConfig, Knobs
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, ROW_PAD, render_macro, smem_limit,
+                                              split_knob_grid, unused_fields_problem)
 
 FAMILY = "decode"
 SM_MIN, SM_MAX = 80, 90
-ELEMENT_BYTES = 2
-ROW_PAD = 8                       # elements of padding per shared-memory row (16 bytes)
 TILE_M = (8, 16, 32, 64)
 TILE_K = (32, 64, 128, 256)
 WARPS = (1, 2, 4, 8, 16)
 MAX_STAGES = 8
 MAX_REGISTERS = 255
 BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: ptxas reports 64..186 in total)
-ELEMENTS = {"fp16": "__half", "bf16": "__nv_bfloat16"}
-LAYOUT_NT = {"nt": "true", "nn": "false"}
 KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
 
 # Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
@@ -46,11 +42,6 @@ SPACE: dict[str, tuple] = {
 }
 # Every value of each runtime knob: splits (0 = automatic, one resident wave); swizzle and raster are ignored.
 KNOB_SPACE: dict[str, tuple] = {"splits": (0, *KNOB_SPLITS, 64), "swizzle": (0,), "raster": (0,)}
-
-
-def smem_limit(arch: int) -> int:
-    """Opt-in shared memory per block (bytes) on compute capability `arch`."""
-    return {80: 163 * 1024, 87: 163 * 1024, 90: 227 * 1024}.get(arch, 99 * 1024)
 
 
 def warp_grid(cfg: HgemmConfig) -> tuple[int, int, int]:
@@ -80,11 +71,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"family {cfg.family!r} is not {FAMILY}"
     if not SM_MIN <= arch <= SM_MAX:
         return False, f"decode kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
-    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab or cfg.epilogue:
-        return False, ("clusters, schedule, scheduler, swap_ab and epilogue are sm90_tma_ws fields; leave them at "
-                       "their defaults")
-    if cfg.splitk:
-        return False, "the decode family's split-K is its runtime splits knob; leave splitk empty"
+    if why := unused_fields_problem(cfg, FAMILY):
+        return False, why
     if cfg.tile_m not in TILE_M:
         return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"
     if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):
@@ -112,16 +100,12 @@ def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
     """Runtime knob variants the sweep times beyond the automatic split (splits=0) for an M x N x K problem: each of
     KNOB_SPLITS up to the number of K tiles (the kernel clamps larger values to it); swizzle and raster are ignored
     by this family."""
-    return [Knobs(splits=splits) for splits in KNOB_SPLITS if splits <= math.ceil(k / cfg.tile_k)]
+    return split_knob_grid(cfg, k, KNOB_SPLITS)
 
 
 def render(cfg: HgemmConfig) -> str:
     """The `.cu` body instantiating `cfg` (codegen prepends the generated-file header)."""
-    return (
-        '#include "cudal2/decode_gemm.cuh"\n\n'
-        f"CUDAL2_DECODE_KERNEL({cfg.name}, {ELEMENTS[cfg.dtype]}, {LAYOUT_NT[cfg.layout]}, {cfg.tile_m}, "
-        f"{cfg.tile_n}, {cfg.tile_k}, {cfg.stages}, {cfg.warps})\n"
-    )
+    return render_macro(cfg, "decode_gemm.cuh", "CUDAL2_DECODE_KERNEL")
 
 
 def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stages: int, warps: int) -> HgemmConfig:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import math
 
 from cudal2_catalog.config import HgemmConfig, Knobs
-from cudal2_catalog.families.decode import ELEMENTS, LAYOUT_NT, smem_limit
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, ROW_PAD, render_macro, smem_limit,
+                                              split_knob_grid, unused_fields_problem)
 
 FAMILY = "tiny"
 SM_MIN, SM_MAX = 80, 90
-ELEMENT_BYTES = 2
-ROW_PAD = 8                       # elements of padding per shared-memory row (16 bytes)
 WARP_TILE = 32                    # each warp computes WARP_TILE x WARP_TILE outputs
 TILE_MN = (32, 64, 128)
 TILE_K = (32, 64, 128)
@@ -91,11 +90,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"family {cfg.family!r} is not {FAMILY}"
     if not SM_MIN <= arch <= SM_MAX:
         return False, f"tiny kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
-    if (cfg.cluster_m, cfg.cluster_n) != (1, 1) or cfg.schedule or cfg.scheduler or cfg.swap_ab or cfg.epilogue:
-        return False, ("clusters, schedule, scheduler, swap_ab and epilogue are sm90_tma_ws fields; leave them at "
-                       "their defaults")
-    if cfg.splitk:
-        return False, "the tiny family's split-K is its runtime splits knob; leave splitk empty"
+    if why := unused_fields_problem(cfg, FAMILY):
+        return False, why
     if cfg.tile_m not in TILE_MN or cfg.tile_n not in TILE_MN:
         return False, f"tile_m and tile_n must be one of {TILE_MN}, got {cfg.tile_m}x{cfg.tile_n}"
     if cfg.tile_k not in TILE_K:
@@ -122,16 +118,12 @@ def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
     """Runtime knob variants the sweep times beyond the automatic split (splits=0) for an M x N x K problem: each of
     KNOB_SPLITS up to the number of K tiles (the kernel rebalances and clamps the rest; before sm_90 every value runs
     unsplit); swizzle and raster are ignored by this family."""
-    return [Knobs(splits=splits) for splits in KNOB_SPLITS if splits <= math.ceil(k / cfg.tile_k)]
+    return split_knob_grid(cfg, k, KNOB_SPLITS)
 
 
 def render(cfg: HgemmConfig) -> str:
     """The `.cu` body instantiating `cfg` (codegen prepends the generated-file header)."""
-    return (
-        '#include "cudal2/tiny_gemm.cuh"\n\n'
-        f"CUDAL2_TINY_KERNEL({cfg.name}, {ELEMENTS[cfg.dtype]}, {LAYOUT_NT[cfg.layout]}, {cfg.tile_m}, "
-        f"{cfg.tile_n}, {cfg.tile_k}, {cfg.stages}, {cfg.warps})\n"
-    )
+    return render_macro(cfg, "tiny_gemm.cuh", "CUDAL2_TINY_KERNEL")
 
 
 def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stages: int, warps: int) -> HgemmConfig:

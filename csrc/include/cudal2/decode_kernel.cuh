@@ -13,6 +13,7 @@
 #define CUDAL2_DECODE_KERNEL_CUH_
 
 #include "cudal2/cluster_splitk.cuh"
+#include "cudal2/cp_async_pipeline.cuh"
 #include "cudal2/int_math.cuh"
 #include "cudal2/mma_sync_ptx.cuh"
 #include "cudal2/warp_group_reduce.cuh"
@@ -204,21 +205,11 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_kernel(const Params<
   // Launched with PDL, the CTA may start while the preceding kernel finishes: wait for it before touching memory it
   // may write (activations, weight, workspace, output).
   pdl_wait_prerequisites();
-#pragma unroll
-  for (int s = 0; s < Tr::kStages - 1; ++s) {
-    if (s < num_tiles) load_tile<T, Tr>(p, smem + s * Tr::kStageElems, n0, tile_begin + s, m_tiles * 8);
-    cp_async_commit();
-  }
-  pdl_launch_dependents();  // the next kernel (split-K reduction, next GEMM) may get scheduled; it waits for this grid
-  for (int t = 0; t < num_tiles; ++t) {
-    cp_async_wait<Tr::kStages - 2>();
-    __syncthreads();  // tile t landed for every thread; stage (t - 1) % kStages is free again
-    const int next = t + Tr::kStages - 1;
-    if (next < num_tiles)
-      load_tile<T, Tr>(p, smem + (next % Tr::kStages) * Tr::kStageElems, n0, tile_begin + next, m_tiles * 8);
-    cp_async_commit();
-    mma_tile<T, Tr>(smem + (t % Tr::kStages) * Tr::kStageElems, acc, wn, wk, m_tiles);
-  }
+  // The next kernel (split-K reduction, next GEMM) may get scheduled after the prologue; it waits for this grid.
+  run_cp_async_pipeline<Tr::kStages>(
+      num_tiles,
+      [&](int stage, int t) { load_tile<T, Tr>(p, smem + stage * Tr::kStageElems, n0, tile_begin + t, m_tiles * 8); },
+      [&](int stage) { mma_tile<T, Tr>(smem + stage * Tr::kStageElems, acc, wn, wk, m_tiles); });
   cp_async_wait<0>();
   __syncthreads();  // pipeline buffers are reused as reduction scratch
   reduce_warps_k<Tr>(acc, reinterpret_cast<float*>(smem_raw), wn, wk);
