@@ -78,7 +78,8 @@ class EvalResult:
     buffers, timed by the judge; `case_speedups`: baseline / candidate per test case (the paper's reward averages
     these); `max_rel_err`: worst relative error against the fp32 reference over the timed outputs; `reason`: why it
     was not OK (compiler output excerpt, failed check, scan hit); `gpu`: the evaluating GPU's environment summary;
-    `compile_s` / `eval_s`: wall time spent.
+    `compile_s` / `eval_s`: wall time spent; `baseline_cases`: the judge's per-case baseline times for the problem
+    (`search.baseline_cache`), kept so that later evaluations and resumed runs reuse them.
     """
 
     status: str
@@ -90,6 +91,7 @@ class EvalResult:
     gpu: dict[str, Any] = dataclasses.field(default_factory=dict)
     compile_s: float = 0.0
     eval_s: float = 0.0
+    baseline_cases: dict[str, Any] = dataclasses.field(default_factory=dict)  # the judge's baseline document
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

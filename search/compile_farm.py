@@ -17,6 +17,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from build_tools import kernel_lib
 from cudal2_catalog import codegen
@@ -105,12 +106,18 @@ class CompileFarm:
 
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
         """Builds each distinct build key of `candidates` (in parallel) and records it in the manifest."""
+        return dict(self.compile_iter(candidates))
+
+    def compile_iter(self, candidates: list[Candidate]) -> Iterator[tuple[str, CompileOutcome]]:
+        """(build key, outcome) of each distinct build key of `candidates` as its build finishes (started in the
+        order given), each recorded in the manifest first."""
         todo = {c.build_key: c for c in candidates}
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = {key: pool.submit(self.build, cand) for key, cand in todo.items()}
-            outcomes = {key: fut.result() for key, fut in futures.items()}
-        self.record(outcomes)
-        return outcomes
+            futures = {pool.submit(self.build, cand): key for key, cand in todo.items()}
+            for future in concurrent.futures.as_completed(futures):
+                key, outcome = futures[future], future.result()
+                self.record({key: outcome})
+                yield key, outcome
 
     def build(self, cand: Candidate) -> CompileOutcome:
         """Builds one candidate into `<artifacts>/<build_key>.so` (+ `.log`); does not touch the manifest."""

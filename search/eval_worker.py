@@ -1,12 +1,17 @@
 """The evaluation worker (the judge): one process per GPU that checks and times candidates, speaking JSON lines.
 
 Started by `search.evaluator` with CUDA_VISIBLE_DEVICES set to one GPU. On start it writes {"ready": true,
-"environment": {...}}; then for each request line {"candidate": {...}, "problem": {...}, "artifact": path, "cases":
-n, "seed": s, "timeout_s": t} it writes one {"result": EvalResult, "restart": bool} line.
+"environment": {...}}; then for each request line, a batch of candidates for one problem {"problem": {...},
+"candidates": [{"candidate": {...}, "artifact": path}, ...], "cases": n, "timeout_s": t, "baseline": doc or null},
+it writes one {"result": EvalResult, "restart": bool} line per candidate, in order, each as soon as it is judged.
 
-Candidate code never runs in this process. Each request starts a fresh candidate runner (`search.sandbox`), the only
-process that loads the candidate's library; it runs the kernel on buffers this process owns and shares with it, and
-is killed after the request. Everything the verdict rests on is computed here, from this process's memory and its
+Candidate code never runs in this process. A batch starts a candidate runner (`search.sandbox`), the only process
+that loads candidate libraries; it runs each kernel on buffers this process owns and shares with it (one set per
+batch), and is killed after the batch. The runner is kept from one candidate to the next only between config
+candidates (rendered by the catalog's codegen, not written by the search) after an OK verdict; a search-written
+source, and any candidate after a failed check, gets a fresh runner that is killed after it, so an untrusted
+source never shares a process with another candidate. Each candidate gets every check below and its own captured
+graph. Everything the verdict rests on is computed here, from this process's memory and its
 own CUDA events: the outputs (read back and compared with fp32 references here), the candidate's time (this
 process's events around the runner's replay, `judge_timing.Bracket`), the baseline (cuBLASLt-autotune as the
 benchmarks and the tables define it, `cudal2_testing.lt_baseline.AutotunedLt`: every heuristic candidate timed by
@@ -16,9 +21,12 @@ that patches Python (should one pass the object check of `search.object_check`) 
 the runner lie about what it did, but not change what this process reads and measures; what it could still forge
 (the runner's own event time and node census) is cross-checked here.
 
-Per request, PDL off (CUDAL2_DISABLE_PDL=1 here and in the runner):
+Per candidate, PDL off (CUDAL2_DISABLE_PDL=1 here and in the runner):
 1. the baseline's time per case, in kernel mode over R calls on R buffer sets (`judge_timing.TimingSets`), and its
-   wall clock per eager call;
+   wall clock per eager call: timed once per problem and case (the cases' inputs are the problem's, the same for
+   every candidate) before any runner of the problem starts, and reused from the request's baseline document when
+   it was timed under this process's fingerprint (same GPU, driver, CUDA, cuBLAS, torch, PDL, protocol:
+   `search.baseline_cache`);
 2. the correctness checks through the runner (random seeds, exact integers at large and at small K, NaN-poisoned
    output with guard bands around every operand and the workspace), each call a device-wide synchronize in the
    runner so a fault is caught at its call;
@@ -42,7 +50,9 @@ import os
 import statistics
 import sys
 import time
+from typing import Iterator
 
+from search import baseline_cache
 from search.candidate import CRASH, INCORRECT, OK, SUSPICIOUS, UNSUPPORTED, Candidate, EvalResult, Problem
 from search.sandbox import RunnerDied
 
@@ -50,6 +60,7 @@ from search.sandbox import RunnerDied
 # candidate whose config is "selftest_crash", hanging on "selftest_hang" and raising a CUDA-like error on
 # "selftest_error" (tests of the evaluator's isolation).
 SELFTEST_ENV = "CUDAL2_EVAL_WORKER_SELFTEST"
+SELFTEST_FINGERPRINT = "selftest"
 # Set by the evaluator when it restarts a worker: the peak measured by the worker's first start (measured once).
 PEAK_ENV = "CUDAL2_EVAL_PEAK_TFLOPS"
 PDL_ENV = "CUDAL2_DISABLE_PDL"
@@ -78,16 +89,26 @@ class Verdict(Exception):
         self.result = EvalResult(status, reason=reason[-2000:], **fields)
 
 
-def selftest_evaluate(request: dict) -> EvalResult:
-    """The self-test evaluator (no GPU): crash, hang or a fixed OK verdict by candidate config name."""
-    config = request["candidate"]["config"]
-    if config == "selftest_crash":
-        os.abort()
-    if config == "selftest_hang":
-        time.sleep(3600)
-    if config == "selftest_error":
-        raise RuntimeError("CUDA error: an illegal memory access was encountered (self-test)")
-    return EvalResult(OK, us=10.0, baseline_us=11.0, case_speedups=[1.1], gpu={"gpu_name": "selftest"})
+def selftest_judge(request: dict) -> Iterator[EvalResult]:
+    """The self-test judge (no GPU): per candidate of the batch, crash, hang, error or a fixed OK verdict by config
+    name; the baseline document is made on the first request of a problem and reused after (as the GPU judge)."""
+    problem = Problem(**request["problem"])
+    cases = request.get("cases", 3)
+    doc = request.get("baseline")
+    if not baseline_cache.valid(doc, SELFTEST_FINGERPRINT, problem.key, cases):
+        doc = {"fingerprint": SELFTEST_FINGERPRINT, "problem": problem.key, "calls": 2,
+               "seeds": baseline_cache.case_seeds(problem.key, cases), "us": [11.0] * cases, "wall_us": [12.0] * cases,
+               "timed_by": os.getpid()}
+    for entry in request["candidates"]:
+        config = entry["candidate"]["config"]
+        if config == "selftest_crash":
+            os.abort()
+        if config == "selftest_hang":
+            time.sleep(3600)
+        if config == "selftest_error":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (self-test)")
+        yield EvalResult(OK, us=10.0, baseline_us=11.0, case_speedups=[1.1], gpu={"gpu_name": "selftest"},
+                         baseline_cases=doc)
 
 
 class GpuEvaluator:
@@ -118,6 +139,9 @@ class GpuEvaluator:
         self.peak_tflops = float(known_peak) if known_peak else measure_env.measure_roofline()["peak_tflops"]
         self.environment["peak_tflops"] = self.peak_tflops
         self.environment["evaluation"] = PROTOCOL
+        self.environment["cublas"] = measure_env.cublas_version()
+        self.fingerprint = baseline_cache.fingerprint(self.environment, PROTOCOL)
+        self.environment["baseline_fingerprint"] = self.fingerprint
 
     # -- the baseline, timed before any runner exists ------------------------------------------------------------
     def _baseline_call(self, sets):
@@ -260,20 +284,35 @@ class GpuEvaluator:
                          f"judge's events (baseline wall clock {base_wall_us:.1f} us)")
         return cand_us
 
-    def _judge(self, request: dict, cand: Candidate, problem: Problem, dtype, regions, sets, seeds, base_us,
-               base_wall) -> EvalResult:
-        rc, jt = self.rc, self.jt
-        timeout = max(5.0, float(request.get("timeout_s", 300.0)) / 3)
+    def _runner(self, runner, artifact: str, cand: Candidate, regions, timeout: float):
+        """The runner for `cand`: `runner` (the batch's previous config candidate passed every check in it) with
+        `cand`'s kernel loaded, else a fresh process. LookupError when the kernel cannot be loaded."""
+        if runner is None:
+            return self.rc.RunnerClient(artifact, cand.kernel_name, regions, timeout)
         try:
-            runner = rc.RunnerClient(request["artifact"], cand.kernel_name, regions, timeout)
+            runner.load(artifact, cand.kernel_name)
+        except LookupError:
+            runner.close()
+            raise
+        return runner
+
+    def _judge(self, artifact: str, cand: Candidate, problem: Problem, dtype, regions, sets, seeds, base_us,
+               base_wall, timeout: float, runner) -> tuple[EvalResult, object]:
+        """(verdict on `cand`, the runner to reuse for the batch's next candidate or None). `runner` is the one the
+        previous candidate left; it is kept only after an OK verdict on a config candidate (codegen's code, not the
+        search's: a search-written source never shares its process with another candidate)."""
+        rc, jt = self.rc, self.jt
+        try:
+            runner = self._runner(runner, artifact, cand, regions, timeout)
         except LookupError as exc:
-            return EvalResult(UNSUPPORTED, reason=f"cannot load {cand.kernel_name} from {request['artifact']}: {exc}")
+            return EvalResult(UNSUPPORTED, reason=f"cannot load {cand.kernel_name} from {artifact}: {exc}"), None
+        keep = False
         try:
             kernel = runner.kernel
             if (kernel["abi_version"] != 1 or kernel["dtype"] != rc.DTYPE_CODES[dtype]
                     or kernel["layout"] != rc.LAYOUT_CODES[problem.layout]):
                 return EvalResult(UNSUPPORTED, reason=f"kernel {cand.kernel_name} ({kernel}) is not for "
-                                                      f"{problem.dtype} {problem.layout} (ABI 1)")
+                                                      f"{problem.dtype} {problem.layout} (ABI 1)"), None
             knobs = tuple(cand.knobs)
             impl = rc.RunnerImpl(runner, regions[1], 1, problem.layout, knobs, WORKSPACE_LIMIT)
             self._correctness(impl, problem, dtype)
@@ -281,7 +320,7 @@ class GpuEvaluator:
             workspace_bytes = int(runner.request("query", problem=specs[0])["workspace"])
             if workspace_bytes > WORKSPACE_LIMIT:
                 return EvalResult(UNSUPPORTED, reason=f"needs {workspace_bytes} bytes of workspace; the library "
-                                                      f"gives {WORKSPACE_LIMIT}")
+                                                      f"gives {WORKSPACE_LIMIT}"), None
             specs = sets.specs(knobs, [2, 0], workspace_bytes)
             flags: list[str] = []
             cand_us, errs = [], []
@@ -294,67 +333,96 @@ class GpuEvaluator:
                 cand_us.append(self._time_case(runner, bracket, sets, specs, regions[2].tensor, overhead_us, case,
                                                base_wall[case], flags))
                 errs.append(sets.max_error())
+            us = statistics.median(cand_us)
+            floor_us = 2 * problem.m * problem.n * problem.k / (self.peak_tflops * 1e6)
+            if us < ROOFLINE_MARGIN * floor_us:
+                flags.append(f"{us:.2f} us is below {ROOFLINE_MARGIN} x the compute floor {floor_us:.2f} us "
+                             f"({self.peak_tflops:.0f} TFLOP/s measured)")
+            keep = bool(cand.config) and not flags
         finally:
-            runner.close()
-        us, baseline = statistics.median(cand_us), statistics.median(base_us)
-        floor_us = 2 * problem.m * problem.n * problem.k / (self.peak_tflops * 1e6)
-        if us < ROOFLINE_MARGIN * floor_us:
-            flags.append(f"{us:.2f} us is below {ROOFLINE_MARGIN} x the compute floor {floor_us:.2f} us "
-                         f"({self.peak_tflops:.0f} TFLOP/s measured)")
-        return EvalResult(SUSPICIOUS if flags else OK, us=us, baseline_us=baseline,
+            if not keep:
+                runner.close()
+        return EvalResult(SUSPICIOUS if flags else OK, us=us, baseline_us=statistics.median(base_us),
                           case_speedups=[b / max(c, 1e-9) for b, c in zip(base_us, cand_us)], max_rel_err=max(errs),
-                          reason="; ".join(flags), gpu=self.environment)
+                          reason="; ".join(flags), gpu=self.environment), runner if keep else None
 
-    def evaluate(self, request: dict) -> EvalResult:
-        """The verdict on one candidate (its library at request["artifact"]) for one problem."""
+    def judge(self, request: dict) -> Iterator[EvalResult]:
+        """The verdicts on a batch of candidates for one problem, in order (request: {"problem", "candidates":
+        [{"candidate", "artifact"}], "cases", "timeout_s", "baseline"}). One set of judge-owned buffers for the
+        batch; the baseline timed once per case on the problem's case seeds, or taken from request["baseline"] when
+        that was timed under this judge's fingerprint (search.baseline_cache); each candidate through every check
+        and its own captured graph, in one runner process kept across config candidates that pass. A RunnerDied
+        (CRASH / HANG) ends the batch: the caller restarts this process and re-sends the rest."""
         jt, rc = self.jt, self.rc
-        cand, problem = Candidate.from_json(request["candidate"]), Problem(**request["problem"])
+        problem = Problem(**request["problem"])
         dtype = self.dtypes[problem.dtype]
+        cases = request.get("cases", 3)
+        doc = request.get("baseline")
+        if not baseline_cache.valid(doc, self.fingerprint, problem.key, cases):
+            doc = None
         m, n, k = problem.m, problem.n, problem.k
-        calls = jt.TimingSets.calls_for(m, n, k, dtype, self._baseline_estimate_us(problem, dtype))
+        calls = int(doc["calls"]) if doc else jt.TimingSets.calls_for(m, n, k, dtype,
+                                                                      self._baseline_estimate_us(problem, dtype))
         a_bytes, b_bytes, d_bytes = jt.TimingSets.set_bytes(m, n, k, dtype)
         guards = 8 * (self.guard_bytes + rc.ALIGN)
         regions = [rc.SharedRegion(self.rt, jt.TimingSets.region_bytes(m, n, k, dtype, calls)),
                    rc.SharedRegion(self.rt, a_bytes + b_bytes + d_bytes + WORKSPACE_LIMIT + guards),
                    rc.SharedRegion(self.rt, WORKSPACE_LIMIT)]
         sets = jt.TimingSets(regions[0], 0, m, n, k, problem.layout, dtype, calls)
-        try:
-            seeds = [request.get("seed", 0) * 1000 + case for case in range(request.get("cases", 3))]
+        seeds = baseline_cache.case_seeds(problem.key, cases)
+        timeout = max(5.0, float(request.get("timeout_s", 300.0)) / 3)
+        if doc is None:
             base_us, base_wall = self._baselines(sets, seeds)
-            result = self._judge(request, cand, problem, dtype, regions, sets, seeds, base_us, base_wall)
-        except Verdict as verdict:
-            result = verdict.result
+            doc = {"fingerprint": self.fingerprint, "problem": problem.key, "calls": calls, "seeds": seeds,
+                   "us": base_us, "wall_us": base_wall}
+        runner = None
+        for entry in request["candidates"]:
+            cand = Candidate.from_json(entry["candidate"])
+            try:
+                result, runner = self._judge(entry["artifact"], cand, problem, dtype, regions, sets, seeds,
+                                             doc["us"], doc["wall_us"], timeout, runner)
+            except Verdict as verdict:
+                result, runner = verdict.result, None   # (_judge closed the runner)
+            result.baseline_cases = doc
+            yield result
         # (after RunnerDied the regions are left to the process's exit: a stream may wait on the dead runner)
+        if runner is not None:
+            runner.close()
         del sets
         for region in regions:
             region.close()
-        return result
 
 
-def serve(evaluate, environment: dict, requests, replies) -> None:
-    """Answers each request line with {"result": EvalResult, "restart": bool}. A Python error while evaluating a
-    candidate is a CRASH verdict on it with the error as the reason; a runner that died, hung or faulted gives its
-    CRASH / HANG. In both cases this process then stops (its CUDA state may be unusable) and `restart` tells the
-    parent to start a fresh one."""
+def serve(judge, environment: dict, requests, replies) -> None:
+    """Answers each request line (a batch of candidates for one problem) with one line per candidate, in order:
+    {"result": EvalResult, "restart": bool}. A Python error while judging a candidate is a CRASH verdict on it with
+    the error as the reason; a runner that died, hung or faulted gives its CRASH / HANG. In both cases this process
+    then stops (its CUDA state may be unusable), `restart` tells the parent to start a fresh one, and the batch's
+    later candidates get no line (the parent sends them again)."""
     replies.write(json.dumps({"ready": True, "environment": environment}) + "\n")
     replies.flush()
     for line in requests:
         request = json.loads(line)
-        start = time.monotonic()
-        failed = False
-        try:
-            result = evaluate(request)
-        except RunnerDied as died:
-            result = EvalResult(died.status, reason=str(died)[-2000:])
-            failed = True
-        except Exception as exc:  # noqa: BLE001 (any error of one candidate is that candidate's verdict)
-            result = EvalResult(CRASH, reason=f"evaluation error: {type(exc).__name__}: {exc}"[-2000:])
-            failed = True
-        result.eval_s = time.monotonic() - start
-        replies.write(json.dumps({"result": dataclasses.asdict(result), "restart": failed}) + "\n")
-        replies.flush()
-        if failed:
-            return
+        verdicts = judge(request)
+        mark = time.monotonic()
+        for _ in request["candidates"]:
+            failed = False
+            try:
+                result = next(verdicts)
+            except RunnerDied as died:
+                result = EvalResult(died.status, reason=str(died)[-2000:])
+                failed = True
+            except Exception as exc:  # noqa: BLE001 (any error of one candidate is that candidate's verdict)
+                result = EvalResult(CRASH, reason=f"evaluation error: {type(exc).__name__}: {exc}"[-2000:])
+                failed = True
+            now = time.monotonic()
+            result.eval_s, mark = now - mark, now
+            replies.write(json.dumps({"result": dataclasses.asdict(result), "restart": failed}) + "\n")
+            replies.flush()
+            if failed:
+                return
+        for _ in verdicts:   # the batch's clean-up (buffers freed)
+            pass
 
 
 def main() -> None:
@@ -366,11 +434,11 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     if os.environ.get(SELFTEST_ENV) == "1":
-        serve(selftest_evaluate, {"gpu_name": "selftest", "arch": 0, "pdl_disabled": os.environ[PDL_ENV] == "1"},
-              sys.stdin, replies)
+        serve(selftest_judge, {"gpu_name": "selftest", "arch": 0, "pdl_disabled": os.environ[PDL_ENV] == "1",
+                               "baseline_fingerprint": SELFTEST_FINGERPRINT}, sys.stdin, replies)
         return
     evaluator = GpuEvaluator()
-    serve(evaluator.evaluate, evaluator.environment, sys.stdin, replies)
+    serve(evaluator.judge, evaluator.environment, sys.stdin, replies)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,20 @@
 """The evaluator pool: one `search.eval_worker` process (the judge) per visible GPU, fed JSON lines, with crash and
 hang isolation.
 
-A request that makes its worker exit (a fault, an abort) is a CRASH; one that outlives `timeout_s` is a HANG: the
-worker is killed and restarted, the verdict carries the reason (exit status and the tail of the worker's stderr),
-and the other requests go on. Requests are spread over the workers; `evaluate_iter` hands each verdict back as its
+Requests go to the workers in batches (consecutive requests for one problem: one runner process and one set of
+buffers for the batch, the problem's baseline timed once and reused, `search.eval_worker`). A candidate that makes
+its worker exit (a fault, an abort) is a CRASH; one that outlives `timeout_s` is a HANG: the worker is killed and
+restarted, the verdict carries the reason (exit status and the tail of the worker's stderr), the batch's later
+candidates are queued again and the other requests go on. Batches are spread over the workers; `evaluate_iter` hands each verdict back as its
 worker answers (so the search can store it at once), `evaluate` all of them in request order. Workers run with PDL
 off (CUDAL2_DISABLE_PDL=1, whatever the caller's environment says): rewards are measured without the overlap PDL
 gives back-to-back calls, and the workers' environment (hence the store's run metadata) records it.
 """
 from __future__ import annotations
 
+import collections
 import json
+import math
 import os
 import queue
 import subprocess
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from search.backend import in_request_order
+from search.baseline_cache import BaselineCache
 from search.candidate import CRASH, HANG, Candidate, EvalResult, Problem
 from search.eval_worker import PDL_ENV, PEAK_ENV
 
@@ -90,24 +95,41 @@ class Worker:
             raise WorkerDied(CRASH, f"worker on GPU {self.gpu} exited with status {code}. stderr: {tail}")
         return line
 
-    def request(self, payload: dict, timeout_s: float) -> EvalResult:
-        """Sends one request; the worker's verdict, or CRASH / HANG (the worker is restarted on the next request)."""
+    def judge(self, payload: dict, timeout_s: float) -> Iterator[EvalResult]:
+        """Sends one batch (payload["candidates"]); each candidate's verdict as the worker answers, within
+        `timeout_s` each. After a CRASH or HANG (the worker is then stopped and restarted on the next batch) the
+        iteration ends: the batch's later candidates got no verdict."""
         try:
             if self.proc is None:
                 self.start()
             self.proc.stdin.write(json.dumps(payload) + "\n")
             self.proc.stdin.flush()
-            reply = json.loads(self._reply(timeout_s))
-            if reply["restart"]:
-                self.stop()
-            return EvalResult(**reply["result"])
         except BrokenPipeError:
             tail = self._stderr_tail()
             self.stop()
-            return EvalResult(CRASH, reason=f"worker on GPU {self.gpu} exited before the request: {tail}",
-                              gpu=self.environment)
+            yield EvalResult(CRASH, reason=f"worker on GPU {self.gpu} exited before the request: {tail}",
+                             gpu=self.environment)
+            return
         except WorkerDied as died:
-            return EvalResult(died.status, reason=str(died), gpu=self.environment)
+            yield EvalResult(died.status, reason=str(died), gpu=self.environment)
+            return
+        for _ in payload["candidates"]:
+            try:
+                reply = json.loads(self._reply(timeout_s))
+            except WorkerDied as died:
+                yield EvalResult(died.status, reason=str(died), gpu=self.environment)
+                return
+            if reply["restart"]:
+                self.stop()
+            yield EvalResult(**reply["result"])
+            if reply["restart"]:
+                return
+
+    def fingerprint(self) -> str:
+        """The baseline fingerprint of this worker's GPU (search.baseline_cache; the worker is started first)."""
+        if self.proc is None:
+            self.start()
+        return self.environment.get("baseline_fingerprint", "")
 
     def stop(self) -> None:
         """Kills the worker process (if running) and drops its stderr log."""
@@ -118,19 +140,44 @@ class Worker:
             self.stderr.close()
 
 
+def batches(requests: list[tuple[Candidate, Problem, str]], size: int) -> list[list[int]]:
+    """Request indices grouped into batches: runs of consecutive requests for the same problem, at most `size`."""
+    out: list[list[int]] = []
+    for i, (_, problem, _) in enumerate(requests):
+        if out and len(out[-1]) < size and requests[out[-1][0]][1] == problem:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
 class EvaluatorPool:
     """Evaluates (candidate, problem) pairs on one worker per GPU; `artifacts` maps build keys to shared libraries.
 
-    `timeout_s` bounds one request (all of its test cases); `cases` test cases of fresh inputs per request.
+    `timeout_s` bounds one candidate (all of its test cases); `cases` test cases per problem; up to `batch`
+    consecutive requests for the same problem go to a worker as one batch (one runner process and one set of
+    buffers, search.eval_worker). `baselines` holds the judges' baseline documents (search.baseline_cache): each
+    batch carries its problem's, so a problem's baseline is timed once per GPU fingerprint, across worker restarts,
+    and `use_baselines` seeds it from a store.
     """
 
     def __init__(self, gpus: list[str] | None = None, timeout_s: float = 300.0, cases: int = 3,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, batch: int = 8):
         gpus = visible_gpus() if gpus is None else gpus
         if not gpus:
             raise RuntimeError("no GPU to evaluate on (CUDA_VISIBLE_DEVICES names none and torch sees no CUDA device)")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1 (got {batch})")
         self.workers = [Worker(gpu, extra_env) for gpu in gpus]
-        self.timeout_s, self.cases = timeout_s, cases
+        self.timeout_s, self.cases, self.batch = timeout_s, cases, batch
+        self.baselines = BaselineCache()
+        self._lock = threading.Lock()
+
+    def use_baselines(self, docs: list[dict]) -> None:
+        """Adds baseline documents timed earlier (a resumed run's store)."""
+        with self._lock:
+            for doc in docs:
+                self.baselines.add(doc)
 
     def environment(self) -> dict[str, Any]:
         """The first worker's GPU environment (gpu_name, arch, sm_count, driver, cuda, torch, ...)."""
@@ -139,33 +186,44 @@ class EvaluatorPool:
             worker.start()
         return worker.environment
 
-    def evaluate(self, requests: list[tuple[Candidate, Problem, str]], seed: int = 0) -> list[EvalResult]:
+    def evaluate(self, requests: list[tuple[Candidate, Problem, str]]) -> list[EvalResult]:
         """Verdicts on (candidate, problem, shared library path) triples, in order."""
-        return in_request_order(self.evaluate_iter(requests, seed), len(requests))
+        return in_request_order(self.evaluate_iter(requests), len(requests))
 
-    def evaluate_iter(self, requests: list[tuple[Candidate, Problem, str]],
-                      seed: int = 0) -> Iterator[tuple[int, EvalResult]]:
+    def _payload(self, worker: Worker, requests: list[tuple[Candidate, Problem, str]], batch: list[int]) -> dict:
+        problem = requests[batch[0]][1]
+        with self._lock:
+            baseline = self.baselines.get(worker.fingerprint(), problem.key, self.cases)
+        return {"problem": problem.__dict__, "cases": self.cases, "timeout_s": self.timeout_s, "baseline": baseline,
+                "candidates": [{"candidate": requests[i][0].to_json(), "artifact": requests[i][2]} for i in batch]}
+
+    def evaluate_iter(self, requests: list[tuple[Candidate, Problem, str]]) -> Iterator[tuple[int, EvalResult]]:
         """(request index, verdict) of (candidate, problem, shared library path) triples, each as soon as its worker
-        answers (in request order on one GPU). Request i is judged with seed `seed + i`. Leaving the iteration early
-        stops handing out requests; those in flight finish first. An error of the pool itself (not a candidate's:
-        those are verdicts) is raised here."""
-        todo: queue.Queue[int] = queue.Queue()
-        for i in range(len(requests)):
-            todo.put(i)
+        answers (in request order on one GPU). Leaving the iteration early stops handing out batches; those in
+        flight finish first. The candidates of a batch after one that crashed or hung its worker go back to the
+        front of the queue. An error of the pool itself (not a candidate's: those are verdicts) is raised here."""
+        size = max(1, min(self.batch, math.ceil(len(requests) / len(self.workers))))  # every worker gets work
+        todo = collections.deque(batches(requests, size))
         answers: queue.Queue[tuple[int, EvalResult] | BaseException | None] = queue.Queue()
         stop = threading.Event()
 
         def drain(worker: Worker) -> None:
             try:
                 while not stop.is_set():
-                    try:
-                        i = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    cand, problem, artifact = requests[i]
-                    payload = {"candidate": cand.to_json(), "problem": problem.__dict__, "artifact": artifact,
-                               "cases": self.cases, "seed": seed + i, "timeout_s": self.timeout_s}
-                    answers.put((i, worker.request(payload, self.timeout_s)))
+                    with self._lock:
+                        if not todo:
+                            return
+                        batch = todo.popleft()
+                    judged = 0
+                    for result in worker.judge(self._payload(worker, requests, batch), self.timeout_s):
+                        if result.baseline_cases:
+                            with self._lock:
+                                self.baselines.add(result.baseline_cases)
+                        answers.put((batch[judged], result))
+                        judged += 1
+                    if judged < len(batch):
+                        with self._lock:
+                            todo.appendleft(batch[judged:])
             except BaseException as exc:  # noqa: BLE001 (handed to the consumer, which raises it)
                 answers.put(exc)
             finally:

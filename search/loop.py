@@ -22,6 +22,8 @@ import importlib
 import itertools
 import json
 import math
+import queue
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -126,6 +128,9 @@ class Search:
         prebuilt = getattr(backend, "prebuilt", None)
         self.prebuilt = set(prebuilt()) if prebuilt else set()
         self.planned: set[str] = set()  # new build keys proposed this round, not compiled yet
+        self.baselines = {(d["fingerprint"], d["problem"]) for d in store.baselines()}  # the judge's, stored
+        if hasattr(backend, "use_baselines"):
+            backend.use_baselines(store.baselines())
         self.mark = time.monotonic()    # when the run's time was last added to the store
 
     @classmethod
@@ -285,27 +290,99 @@ class Search:
         return stream(requests) if stream else enumerate(self.backend.evaluate(requests))
 
     def evaluate(self, round_: int, requests: list[tuple[Candidate, Problem]]) -> None:
-        """Compiles `requests`, then evaluates them in chunks within the budget, storing and learning from each
-        verdict as it arrives."""
+        """Compiles `requests` (overlapped with evaluation when the backend streams its builds), then evaluates them
+        in chunks within the budget, in request order, storing and learning from each verdict as it arrives."""
         began = time.monotonic()
-        built = self.compile(requests)
+        built, stream = self.start_compiles(requests)
         self.store.add_elapsed(self.run_id, time.monotonic() - began)
-        for start in range(0, len(requests), self.args.chunk):
-            if self.done():
+        start = 0
+        try:
+            while start < len(requests):
+                if self.done():
+                    return
+                began = time.monotonic()
+                end = self.ready_prefix(requests, start, built, stream)
+                self.store.add_elapsed(self.run_id, time.monotonic() - began)
+                self.mark = time.monotonic()
+                chunk = requests[start:end]
+                start = end
+                if self.args.budget_evals is not None:
+                    chunk = chunk[:self.args.budget_evals - self.store.evaluation_count(self.run_id)]
+                runnable, failed = [], []
+                for position, (cand, problem) in enumerate(chunk):
+                    (runnable if built[cand.build_key] else failed).append((position, cand, problem))
+                failed.reverse()
+                for index, result in self.verdicts([(cand, problem) for _, cand, problem in runnable]):
+                    checkpoint("verdict")
+                    self.record_failed_builds(round_, failed, before=runnable[index][0])
+                    self.record(round_, *runnable[index][1:], result)
+                self.record_failed_builds(round_, failed, before=len(chunk))
+        finally:
+            if stream is not None:
+                self.take_builds(stream, built, block=False)
+
+    def start_compiles(self, requests: list[tuple[Candidate, Problem]]) -> tuple[dict[str, bool], queue.Queue | None]:
+        """(build key -> ok for the builds known now, the queue the backend's streamed builds arrive on or None).
+        A backend with `compile_iter` builds in a background thread while the loop evaluates what is built (the
+        outcomes are stored as they are taken, by this thread); one without compiles everything first."""
+        if not hasattr(self.backend, "compile_iter"):
+            return self.compile(requests), None
+        builds = {cand.build_key: cand for cand, _ in requests}
+        built = self.compile([(cand, problem) for cand, problem in requests
+                              if self.store.compile_outcome(cand.build_key) is not None
+                              or cand.build_key in self.prebuilt])
+        new = [cand for key, cand in builds.items() if key not in built]
+        self.planned.clear()
+        if not new:
+            return built, None
+        stream: queue.Queue = queue.Queue()
+
+        def work() -> None:
+            try:
+                for key, outcome in self.backend.compile_iter(new):
+                    stream.put((key, outcome))
+            except BaseException as exc:  # noqa: BLE001 (raised by the loop's thread when it takes it)
+                stream.put(exc)
+            finally:
+                stream.put(None)
+
+        threading.Thread(target=work, name="search-compiles", daemon=True).start()
+        return built, stream
+
+    def take_builds(self, stream: queue.Queue, built: dict[str, bool], block: bool = True,
+                    until: str | None = None) -> None:
+        """Stores the build outcomes that arrived on `stream` (waiting for them with `block`, until build `until`
+        is in or the stream ends)."""
+        while until is None or until not in built:
+            try:
+                item = stream.get(block=block)
+            except queue.Empty:
                 return
-            self.mark = time.monotonic()
-            chunk = requests[start:start + self.args.chunk]
-            if self.args.budget_evals is not None:
-                chunk = chunk[:self.args.budget_evals - self.store.evaluation_count(self.run_id)]
-            runnable, failed = [], []
-            for position, (cand, problem) in enumerate(chunk):
-                (runnable if built[cand.build_key] else failed).append((position, cand, problem))
-            failed.reverse()
-            for index, result in self.verdicts([(cand, problem) for _, cand, problem in runnable]):
-                checkpoint("verdict")
-                self.record_failed_builds(round_, failed, before=runnable[index][0])
-                self.record(round_, *runnable[index][1:], result)
-            self.record_failed_builds(round_, failed, before=len(chunk))
+            if item is None:
+                if until is not None and until not in built:
+                    raise RuntimeError(f"the backend's build stream ended without build {until}")
+                return
+            if isinstance(item, BaseException):
+                raise item
+            key, outcome = item
+            self.store.add_compile(key, outcome, self.run_id)
+            built[key] = outcome.ok
+
+    def ready_prefix(self, requests: list[tuple[Candidate, Problem]], start: int, built: dict[str, bool],
+                     stream: queue.Queue | None) -> int:
+        """The end of the next chunk from `start`: at most `chunk` requests whose builds are in (waiting for the
+        first one's build if it is not), in request order."""
+        end = start
+        while end < len(requests) and end - start < self.args.chunk:
+            key = requests[end][0].build_key
+            if key not in built:
+                if end > start:
+                    break
+                self.take_builds(stream, built, until=key)
+            end += 1
+        if stream is not None:
+            self.take_builds(stream, built, block=False)
+        return end
 
     def record_failed_builds(self, round_: int, failed: list[tuple[int, Candidate, Problem]], before: int) -> None:
         """Records the requests of `failed` ((chunk position, candidate, problem), last position first) placed before
@@ -324,6 +401,10 @@ class Search:
         now = time.monotonic()
         self.store.add_evaluation(self.run_id, round_, cand, problem, result, value, elapsed_s=now - self.mark)
         self.mark = now
+        doc = result.baseline_cases
+        if doc and (doc["fingerprint"], doc["problem"]) not in self.baselines:
+            self.baselines.add((doc["fingerprint"], doc["problem"]))
+            self.store.add_baseline(doc)
         self.policy.update(problem, cand, value)
         if result.speedup is not None:
             self._remember(problem.key, cand, result.us, result.speedup)

@@ -89,6 +89,14 @@ class RunnerClient:
             raise LookupError(ready.get("error", "the runner could not load the kernel"))
         self.kernel = ready["kernel"]
 
+    def load(self, library: str, kernel: str) -> None:
+        """Has this runner drive `kernel` of `library` next (a batch's next config candidate); LookupError when it
+        cannot be loaded."""
+        answer = self.request("load", library=library, kernel=kernel)
+        if answer.get("error"):
+            raise LookupError(answer["error"])
+        self.kernel = answer["kernel"]
+
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.lines.put(line)

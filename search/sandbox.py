@@ -14,6 +14,8 @@ judge asks, one JSON line per request and per answer:
     {"op": "timed"}                                -> {"us": runner-side event time of the last replay}
     {"op": "eager", "problems": [P, ...], "calls": n} -> {"nonzero": statuses != 0}  (device-wide sync around)
     {"op": "ping"}                                 -> {}
+    {"op": "load", "library": path, "kernel": name} -> {"kernel": {...}} or {"error"}  (the next candidate of a
+                                                      batch: replaces the kernel and drops the captured graph)
 
 P names buffers as [region, byte offset] into the shared regions. Everything this process reports is treated as
 untrusted by the judge: outputs are read back from the judge's own memory, timings are taken by the judge's own
@@ -35,6 +37,7 @@ from ctypes import POINTER, byref, c_int
 from search.cuda_runtime import CAPTURE_MODE_GLOBAL, CudaError, CudaKernel, CudaProblem, Runtime
 
 PR_SET_PDEATHSIG = 1
+LOAD_ERRORS = (OSError, LookupError, CudaError, AttributeError, ValueError)  # a library or kernel that cannot load
 
 
 class RunnerDied(RuntimeError):
@@ -81,8 +84,12 @@ class Runner:
         self.stream = self.rt.stream()
         self.start, self.end = self.rt.event(), self.rt.event()
         self.sm_count = self.rt.sm_count()
-        self.library = ctypes.CDLL(setup["library"], mode=os.RTLD_NOW | os.RTLD_LOCAL)
-        self.kernel = find_kernel(self.library, setup["kernel"])
+        self.load(setup["library"], setup["kernel"])
+
+    def load(self, library: str, kernel: str) -> None:
+        """Makes `kernel` of `library` the one this runner drives (no graph captured yet)."""
+        self.library = ctypes.CDLL(library, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        self.kernel = find_kernel(self.library, kernel)
         self.graph_exec = None
 
     def describe(self) -> dict:
@@ -117,6 +124,12 @@ class Runner:
             if request.get("gated"):
                 self.rt.call("cudaEventRecord", self.done, self.stream)
             return {"status": status}
+        if op == "load":
+            try:
+                self.load(request["library"], request["kernel"])
+            except LOAD_ERRORS as exc:
+                return {"error": f"{type(exc).__name__}: {exc}"}
+            return {"kernel": self.describe()}
         if op == "sync":
             return {"error": self._error("cudaDeviceSynchronize")}
         if op == "capture":
@@ -175,7 +188,7 @@ def main() -> None:
     try:
         runner = Runner(setup)
         reply = {"ready": True, "kernel": runner.describe()}
-    except (OSError, LookupError, CudaError, AttributeError, ValueError) as exc:
+    except LOAD_ERRORS as exc:
         reply, runner = {"ready": False, "error": f"{type(exc).__name__}: {exc}"}, None
     replies.write(json.dumps(reply) + "\n")
     replies.flush()

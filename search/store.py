@@ -73,6 +73,9 @@ CREATE TABLE IF NOT EXISTS policy_snapshots (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(id), round INTEGER NOT NULL, state TEXT NOT NULL,
     created REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS evaluations_by_problem ON evaluations (problem_key, status);
+CREATE TABLE IF NOT EXISTS baselines (
+    fingerprint TEXT NOT NULL, problem_key TEXT NOT NULL, doc TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (fingerprint, problem_key));
 """
 
 
@@ -350,6 +353,18 @@ class Store:
             return None
         r = rows[0]
         return CompileOutcome(bool(r["ok"]), r["artifact"], r["log"], r["seconds"], r["status"])
+
+    # the judge's baselines (search.baseline_cache)
+    def add_baseline(self, doc: dict[str, Any]) -> None:
+        """Keeps a judge's baseline document (the first of its fingerprint and problem)."""
+        self._write("INSERT OR IGNORE INTO baselines (fingerprint, problem_key, doc, created) VALUES (?, ?, ?, ?)",
+                    (doc["fingerprint"], doc["problem"], json.dumps(doc, sort_keys=True), time.time()))
+
+    def baselines(self) -> list[dict[str, Any]]:
+        """Every baseline document (none in a store older than the table, opened read-only)."""
+        if not self.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'baselines'"):
+            return []
+        return [json.loads(r["doc"]) for r in self.query("SELECT doc FROM baselines ORDER BY created")]
 
     # evaluations, proposals, policy
     def add_evaluation(self, run_id: str, round_: int, cand: Candidate, problem: Problem, result: EvalResult,

@@ -39,12 +39,13 @@ def local_backend(artifacts, gpus: list[str], monkeypatch, refused: frozenset[st
 
 
 def test_each_verdict_comes_back_as_its_worker_answers(tmp_path, monkeypatch):
-    """A hang on one GPU holds back nothing: the refused build's verdict comes first (no GPU needed), the other
-    GPU's verdicts next, the hang's last, when its time limit kills the worker."""
+    """A hang on one GPU holds back nothing but its own batch: the refused build's verdict comes first (no GPU
+    needed), the other GPU's batch (the other problem's two candidates) next, the hang's last, when its time limit
+    kills the worker."""
     cheat = Candidate(source="int x;", source_name="cheat")
     backend = local_backend(tmp_path, ["0", "1"], monkeypatch, refused=frozenset({cheat.build_key}), timeout_s=10.0)
     requests = [(Candidate(config="selftest_hang"), PROBLEMS[0]), (cheat, PROBLEMS[0]),
-                (Candidate(config="fine_a"), PROBLEMS[0]), (Candidate(config="fine_b"), PROBLEMS[1])]
+                (Candidate(config="fine_a"), PROBLEMS[1]), (Candidate(config="fine_b"), PROBLEMS[1])]
     try:
         backend.compile([c for c, _ in requests])
         verdicts = list(backend.evaluate_iter(requests))
@@ -58,8 +59,8 @@ def test_each_verdict_comes_back_as_its_worker_answers(tmp_path, monkeypatch):
 
 
 def test_the_loop_stores_each_local_verdict_before_the_next_arrives(tmp_path, monkeypatch):
-    """The loop takes the local backend's verdicts one by one: the worker's second request waits until the first
-    verdict is in the store (it would wait in vain if the loop stored verdicts only when a chunk returns).
+    """The loop takes the local backend's verdicts one by one: the worker's second verdict is handed over only once
+    the first is in the store (it would wait in vain if the loop stored verdicts only when a chunk returns).
     Interrupted at its third verdict (as by a kill), the store holds the verdicts delivered so far; a resume on the
     same backend (the abandoned iteration left its workers usable) spends the rest of the budget."""
     artifacts = tmp_path / "artifacts"
@@ -68,12 +69,14 @@ def test_the_loop_stores_each_local_verdict_before_the_next_arrives(tmp_path, mo
     store = Store(tmp_path / "s.db")
     counts: list[int] = []
     first_stored, waits = threading.Event(), []
-    request = Worker.request
+    judge, handed = Worker.judge, []
 
     def gated(worker: Worker, payload: dict, timeout_s: float):
-        if payload["seed"] > 0 and not first_stored.is_set():   # a later request of the first chunk
-            waits.append(first_stored.wait(20.0))
-        return request(worker, payload, timeout_s)
+        for result in judge(worker, payload, timeout_s):
+            if handed and not first_stored.is_set():   # a later verdict of the first chunk
+                waits.append(first_stored.wait(20.0))
+            handed.append(result)
+            yield result
 
     def on_eval(count: int, _geomean: float) -> None:
         counts.append(store.evaluation_count(search.run_id))
@@ -81,7 +84,7 @@ def test_the_loop_stores_each_local_verdict_before_the_next_arrives(tmp_path, mo
         if count == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(Worker, "request", gated)
+    monkeypatch.setattr(Worker, "judge", gated)
 
     try:
         search = Search.start(store, backend, RunArgs(policy="random", per_round=3, budget_evals=6), PROBLEMS,

@@ -26,17 +26,19 @@ def nvcc_archs(arch: int) -> list[str]:
 
 class LocalBackend:
     """Compiles with `jobs` nvcc processes for compute capability `arch` (e.g. 90) into `artifacts` and evaluates
-    on `gpus` (default: every visible GPU; workers start on the first evaluation). With `compile_only` it never
+    on `gpus` (default: every visible GPU; workers start on the first evaluation), up to `batch` candidates of a
+    problem per judge request. With `compile_only` it never
     starts a worker: `environment` reports the target arch only, and `evaluate` is refused. Configs the installed
     kernel library (cudal2_ops/libcudal2_kernels.so) already holds for these targets are not rebuilt."""
 
     def __init__(self, artifacts: Path, arch: int = 90, compile_only: bool = False, jobs: int | None = None,
                  gpus: list[str] | None = None, timeout_s: float = 300.0, cases: int = 3,
-                 worker_env: dict[str, str] | None = None):
+                 worker_env: dict[str, str] | None = None, batch: int = 8):
         self.arch, self.compile_only = arch, compile_only
         archs = nvcc_archs(arch)
         self.farm = CompileFarm(Path(artifacts), archs, jobs, prebuilt=installed_kernels(archs))
         self._gpus, self._timeout_s, self._cases, self._worker_env = gpus, timeout_s, cases, worker_env
+        self._batch, self._baselines = batch, []
         self._pool: EvaluatorPool | None = None
         self._failed: dict[str, CompileOutcome] = {}
 
@@ -44,14 +46,27 @@ class LocalBackend:
     def pool(self) -> EvaluatorPool:
         """The evaluation workers (created on first use, so that compile-only runs need no GPU)."""
         if self._pool is None:
-            self._pool = EvaluatorPool(self._gpus, self._timeout_s, self._cases, self._worker_env)
+            self._pool = EvaluatorPool(self._gpus, self._timeout_s, self._cases, self._worker_env, self._batch)
+            self._pool.use_baselines(self._baselines)
         return self._pool
 
     def compile(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
         """Builds each distinct build key (see CompileFarm.compile)."""
-        outcomes = self.farm.compile(candidates)
-        self._failed.update({key: out for key, out in outcomes.items() if not out.ok})
-        return outcomes
+        return dict(self.compile_iter(candidates))
+
+    def compile_iter(self, candidates: list[Candidate]) -> Iterator[tuple[str, CompileOutcome]]:
+        """(build key, outcome) as each build finishes (see CompileFarm.compile_iter): the loop evaluates what is
+        built while the rest compiles."""
+        for key, outcome in self.farm.compile_iter(candidates):
+            if not outcome.ok:
+                self._failed[key] = outcome
+            yield key, outcome
+
+    def use_baselines(self, docs: list[dict]) -> None:
+        """Baseline documents timed earlier (a store's), handed to the evaluator pool (search.baseline_cache)."""
+        self._baselines += docs
+        if self._pool is not None:
+            self._pool.use_baselines(docs)
 
     def evaluate(self, requests: list[tuple[Candidate, Problem]]) -> list[EvalResult]:
         """Verdicts in request order (see `evaluate_iter`)."""
