@@ -1,0 +1,131 @@
+"""Throughput without weakening the judge, on CPU: batches of one problem's candidates per judge request (a crash
+re-queues the rest of its batch), the baseline timed once per problem and reused across restarts and resumed runs
+(by fingerprint), and compiles streamed and overlapped with evaluation without changing what the run records."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from search import baseline_cache
+from search.candidate import CRASH, OK, Candidate, Problem
+from search.eval_worker import SELFTEST_ENV
+from search.evaluator import EvaluatorPool, batches
+from search.loop import RunArgs, Search
+from search.simulate import SimulatedBackend
+from search.store import Store
+
+SELFTEST = {SELFTEST_ENV: "1"}
+P0, P1 = Problem("nt", "fp16", 64, 4096, 4096), Problem("nt", "fp16", 128, 4096, 4096)
+
+
+def test_batches_are_runs_of_one_problem_within_the_size():
+    requests = [(Candidate(config=f"k{i}"), p, "x.so") for i, p in enumerate([P0, P0, P0, P1, P0, P0])]
+    assert batches(requests, 2) == [[0, 1], [2], [3], [4, 5]]
+    assert batches(requests, 8) == [[0, 1, 2], [3], [4, 5]]
+
+
+def test_a_crash_mid_batch_sends_the_rest_again_and_the_baseline_outlives_the_worker():
+    """One worker, one batch: the candidate after the crash is judged by a restarted worker, which is handed the
+    problem's baseline instead of timing it again; the other problem gets its own."""
+    pool = EvaluatorPool(["0"], timeout_s=10.0, extra_env=SELFTEST, batch=8)
+    try:
+        names = ["fine_a", "selftest_crash", "fine_b", "fine_c"]
+        results = pool.evaluate([(Candidate(config=n), P0, "/x.so") for n in names] +
+                                [(Candidate(config="fine_d"), P1, "/x.so")])
+    finally:
+        pool.close()
+    assert [r.status for r in results] == [OK, CRASH, OK, OK, OK]
+    docs = [r.baseline_cases for r in results if r.status == OK]
+    assert docs[0] == docs[1] == docs[2] and docs[0]["problem"] == P0.key
+    assert docs[3]["problem"] == P1.key and docs[3]["seeds"] != docs[0]["seeds"]
+    assert docs[0]["seeds"] == baseline_cache.case_seeds(P0.key, 3)
+
+
+def test_a_baseline_of_another_fingerprint_is_timed_again():
+    foreign = {"fingerprint": "another-gpu", "problem": P0.key, "calls": 2, "seeds": baseline_cache.case_seeds(
+        P0.key, 3), "us": [1.0] * 3, "wall_us": [1.0] * 3, "timed_by": -1}
+    mine = {**foreign, "fingerprint": "selftest", "timed_by": -2}
+    for given, expected in (([foreign], None), ([foreign, mine], -2)):
+        pool = EvaluatorPool(["0"], timeout_s=10.0, extra_env=SELFTEST)
+        pool.use_baselines(given)
+        try:
+            doc = pool.evaluate([(Candidate(config="fine"), P0, "/x.so")])[0].baseline_cases
+        finally:
+            pool.close()
+        assert doc["fingerprint"] == "selftest" and (doc["timed_by"] == expected if expected else doc["timed_by"] > 0)
+
+
+def test_valid_refuses_a_document_for_other_cases_or_with_bad_times():
+    doc = {"fingerprint": "f", "problem": P0.key, "calls": 4, "seeds": baseline_cache.case_seeds(P0.key, 3),
+           "us": [2.0] * 3, "wall_us": [3.0] * 3}
+    assert baseline_cache.valid(doc, "f", P0.key, 3)
+    assert not baseline_cache.valid(doc, "f", P0.key, 2)
+    assert not baseline_cache.valid(doc, "g", P0.key, 3)
+    assert not baseline_cache.valid({**doc, "us": [2.0, 0.0, 2.0]}, "f", P0.key, 3)
+    assert not baseline_cache.valid({**doc, "problem": P1.key}, "f", P1.key, 3)
+
+
+def test_the_store_keeps_baselines_and_a_run_hands_them_to_its_backend(tmp_path):
+    doc = {"fingerprint": "f", "problem": P0.key, "calls": 4, "seeds": [1], "us": [2.0], "wall_us": [3.0]}
+    store = Store(tmp_path / "s.db")
+    store.add_baseline(doc)
+    store.add_baseline({**doc, "us": [9.0]})   # the first of a fingerprint and problem is kept
+    assert store.baselines() == [doc]
+
+    class Recording(SimulatedBackend):
+        """Records the documents it is handed; its verdicts carry a baseline document of fingerprint "g"."""
+
+        def use_baselines(self, docs):
+            self.handed = docs
+
+        def evaluate_iter(self, requests):
+            for index, result in super().evaluate_iter(requests):
+                yield index, dataclasses.replace(result, baseline_cases={**doc, "fingerprint": "g",
+                                                                         "problem": requests[index][1].key})
+
+    backend = Recording(seed=0)
+    Search.start(store, backend, RunArgs(policy="random", budget_evals=4), [P0]).run()
+    assert backend.handed == [doc]
+    assert [(d["fingerprint"], d["problem"]) for d in store.baselines()] == [("f", P0.key), ("g", P0.key)]
+    store.close()
+
+
+@dataclasses.dataclass
+class StreamedBuilds(SimulatedBackend):
+    """The simulator with builds streamed one by one, each taking `build_s`; logs builds and evaluations."""
+
+    build_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.log: list[tuple[str, float]] = []
+
+    def compile_iter(self, candidates):
+        for cand in {c.build_key: c for c in candidates}.values():
+            time.sleep(self.build_s)
+            self.log.append(("built", time.monotonic()))
+            yield cand.build_key, self.compile([cand])[cand.build_key]
+
+    def evaluate_iter(self, requests):
+        for index, result in super().evaluate_iter(requests):
+            self.log.append(("evaluated", time.monotonic()))
+            yield index, result
+
+
+def run_records(backend, budget: int) -> list[tuple]:
+    store = Store(":memory:")
+    search = Search.start(store, backend, RunArgs(policy="random", budget_evals=budget, seed=2, chunk=8),
+                          [P0, P1, Problem("nt", "fp16", 4096, 4096, 4096)])
+    search.run()
+    rows = [(r["round"], r["candidate_id"], r["problem_key"], r["status"], r["reward"])
+            for r in store.evaluations(search.run_id)]
+    builds = {r["build_key"]: (r["ok"], r["status"]) for r in store.query("SELECT * FROM compiles")}
+    return [rows, builds]
+
+
+def test_streamed_builds_overlap_evaluation_and_change_nothing_recorded():
+    streamed = StreamedBuilds(seed=2)
+    assert run_records(streamed, 24) == run_records(SimulatedBackend(seed=2), 24)
+    kinds = [kind for kind, _ in streamed.log]
+    assert kinds.count("built") > 1 and kinds.index("evaluated") < len(kinds) - 1 - kinds[::-1].index("built"), (
+        "an evaluation ran before the round's last build finished")
