@@ -1,6 +1,6 @@
 """`python -m search report`: a store's runs as Markdown with plots (matplotlib, Agg).
 
-Sections: runs; policies compared at equal evaluation budget (each run cut to the smallest run's count, over the
+Sections: runs; throughput (evaluations per minute, compile time included and excluded); policies compared at equal evaluation budget (each run cut to the smallest run's count, over the
 problems they share); best speedup per shape; reward and best-geomean curves by policy; what the policy learned
 (most probable values per dimension for a problem of each log2(MNK) bucket); compile and evaluation counts;
 failures by status with example reasons. The winners' patterns by problem size are a study of the store
@@ -137,6 +137,28 @@ def plots(store: Store, evaluations: dict[str, list], out: Path) -> list[str]:
     return ["![best speedup per shape](best_speedup_per_shape.png)", "", "![reward by policy](reward_by_policy.png)"]
 
 
+def throughput(store: Store) -> list[str]:
+    """Evaluations per minute of each run: over the run's own time (proposals, compiles and waits for them, the
+    judge, the store: everything a GPU session holds the GPU for) and over the judge's time alone (the sum of its
+    per-candidate times, baseline included: compile time excluded)."""
+    rows = []
+    for r in store.runs():
+        judged = store.query("SELECT COUNT(*) AS n, SUM(eval_s) AS s FROM evaluations WHERE run_id = ? AND eval_s > 0",
+                             (r["id"],))[0]
+        total = store.evaluation_count(r["id"])
+        builds = store.query("SELECT COUNT(*) AS n, SUM(seconds) AS s FROM compiles WHERE run_id = ? AND prebuilt = 0",
+                             (r["id"],))[0]
+        rows.append([r["id"], total, f"{r['elapsed_s']:.0f}",
+                     f"{60 * total / r['elapsed_s']:.1f}" if r["elapsed_s"] else "-", judged["n"],
+                     f"{judged['s'] or 0:.0f}", f"{60 * judged['n'] / judged['s']:.1f}" if judged["s"] else "-",
+                     f"{builds['n']} ({builds['s'] or 0:.0f} s)"])
+    return ["Evaluations per minute (one GPU per run unless the run used several: the rates are then per run, not "
+            "per GPU). Compile included: all verdicts over the run's own time; compile excluded: the verdicts the "
+            "judge reached over the judge's summed time per candidate.", ""] + markdown_table(
+        ["run", "verdicts", "run s", "per minute, compile included", "judged", "judge s",
+         "per judge-minute, compile excluded", "new builds (compile s)"], rows)
+
+
 def write_report(store: Store, out: Path) -> Path:
     """Writes `out/report.md` and its plots; returns the Markdown's path."""
     out.mkdir(parents=True, exist_ok=True)
@@ -156,6 +178,7 @@ def write_report(store: Store, out: Path) -> Path:
     lines = ["# Search report", "", f"Store: `{store.path}`", "", "## Runs", ""]
     lines += markdown_table(["run", "policy", "GPU", "evaluations", "problems measured", "minutes", "geomean best",
                      "finished"], run_rows)
+    lines += ["", "## Throughput", ""] + throughput(store)
     lines += ["", "## Policies at equal budget", ""] + comparison
     lines += ["", "## Best speedup per shape", "", "The 10 best and 5 worst problems of each run:", ""]
     lines += markdown_table(["run", "problem", "best speedup"], best_rows)

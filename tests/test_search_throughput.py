@@ -129,3 +129,17 @@ def test_streamed_builds_overlap_evaluation_and_change_nothing_recorded():
     kinds = [kind for kind, _ in streamed.log]
     assert kinds.count("built") > 1 and kinds.index("evaluated") < len(kinds) - 1 - kinds[::-1].index("built"), (
         "an evaluation ran before the round's last build finished")
+
+
+def test_the_report_states_the_rate_with_and_without_compiles():
+    from search import run_report
+    store = Store(":memory:")
+    search = Search.start(store, SimulatedBackend(seed=0), RunArgs(policy="random", budget_evals=8), [P0])
+    search.run()
+    store.add_elapsed(search.run_id, 30.0)
+    run = store.run(search.run_id)
+    row = next(line for line in run_report.throughput(store) if line.startswith(f"| {search.run_id}"))
+    judged = store.query("SELECT COUNT(*), SUM(eval_s) FROM evaluations WHERE eval_s > 0")[0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "8" and float(cells[3]) == round(60 * 8 / run["elapsed_s"], 1)
+    assert int(cells[4]) == judged[0] and float(cells[6]) == round(60 * judged[0] / judged[1], 1)
