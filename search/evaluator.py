@@ -214,8 +214,15 @@ class EvaluatorPool:
                         if not todo:
                             return
                         batch = todo.popleft()
+                    try:
+                        payload = self._payload(worker, requests, batch)
+                    except WorkerDied as died:   # the worker did not start: the batch's first candidate's verdict
+                        answers.put((batch[0], EvalResult(died.status, reason=str(died), gpu=worker.environment)))
+                        with self._lock:
+                            todo.extendleft([batch[1:]] if len(batch) > 1 else [])
+                        continue
                     judged = 0
-                    for result in worker.judge(self._payload(worker, requests, batch), self.timeout_s):
+                    for result in worker.judge(payload, self.timeout_s):
                         if result.baseline_cases:
                             with self._lock:
                                 self.baselines.add(result.baseline_cases)
