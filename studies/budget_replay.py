@@ -138,19 +138,16 @@ def summary_rows(curves: dict, budgets: list[int]) -> list[list[str]]:
     return rows
 
 
-def reach_rows(curves: dict) -> list[list[str]]:
-    """Markdown rows: evaluations per problem each rl variant needs (mean curve over seeds) to reach random's and the
-    sweep's final mean geomean."""
+def reach_rows(curves: dict, budgets: list[int], target: str = "random") -> list[list[str]]:
+    """Markdown rows: per set and rl variant, the evaluations per problem its mean curve (over seeds) needs to reach
+    `target`'s mean geomean at each budget b (from one round, `evals_to_reach`)."""
     rows = []
     for name, by_proposer in curves.items():
         mean = {p: [statistics.mean(v) for v in zip(*per_seed)] for p, per_seed in by_proposer.items()}
-        final = len(mean["random"])
+        final = len(mean[target])
         for proposer in (p for p in PROPOSERS if p.startswith("rl")):
-            cells = [name, proposer]
-            for target in ("random", "sweep"):
-                reached = evals_to_reach(mean[target][-1], mean[proposer])
-                cells.append(f"{reached} of {final}" if reached else f"not within {final}")
-            rows.append(cells)
+            reached = [evals_to_reach(mean[target][b - 1], mean[proposer]) for b in budgets]
+            rows.append([name, proposer] + [str(r) if r else f"> {final}" for r in reached])
     return rows
 
 
@@ -179,8 +176,8 @@ def plot(curves: dict, path: Path, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.budget_replay", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sweep", type=Path, required=True, help="the sweep file whose measurements score the runs")
-    parser.add_argument("--warm-from", type=Path, nargs="+", required=True,
+    parser.add_argument("--sweep", type=Path, help="the sweep file whose measurements score the runs")
+    parser.add_argument("--warm-from", type=Path, nargs="+",
                         help="sweep files of other GPUs for the leave-one-GPU-out warm start")
     parser.add_argument("--out", type=Path, required=True, help="JSON results; .md and .png beside it")
     parser.add_argument("--shapes", type=int, default=100, help="G1000 problems per seed")
@@ -188,7 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[4, 8, 16, 24, 32],
                         help="evaluations per problem reported in the table (the curves go to the largest)")
     parser.add_argument("--decode-max-m", type=int, default=64)
+    parser.add_argument("--render", action="store_true",
+                        help="only write the .md and .png again from the --out JSON (no runs)")
     args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(args.out.read_text()), args.out))
+        return 0
+    if not args.sweep or not args.warm_from:
+        parser.error("--sweep and --warm-from are required (except with --render)")
     began = time.monotonic()
     backend = ReplayBackend(args.sweep)
     env = backend.environment()
@@ -201,41 +205,49 @@ def main(argv: list[str] | None = None) -> int:
               "scored": str(args.sweep), "gpu": env["gpu_name"], "environment": env,
               "warm_from": [str(p) for p in args.warm_from], "python": sys.version.split()[0],
               "wall_s": round(time.monotonic() - began, 1)}
-    sizes = {name: len(problems) for name, problems in problem_sets(backend, args.shapes, 0, args.decode_max_m).items()}
     settings = {k: [str(p) for p in v] if k == "warm_from" else str(v) if isinstance(v, Path) else v
                 for k, v in vars(args).items()}
-    doc = {"header": header, "settings": settings,
-           "problems_seed0": sizes, "curves": curves}
+    doc = {"header": header, "settings": settings, "curves": curves}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    png = args.out.with_suffix(".png")
-    title = f"{env['gpu_name']}: replayed measurements of {args.sweep.name}, seeds 0-{args.seeds - 1}"
-    plot(curves, png, title)
-    lines = [f"# Proposers at equal budgets, scored by measured times ({env['gpu_name']})", "",
-             f"- Scored by: `{args.sweep}` (GPU {env['gpu_name']}, driver {env.get('driver')}, CUDA {env.get('cuda')}, "
-             f"torch {env.get('torch')}, sweep commit {env.get('commit')}; baseline: each row's cuBLASLt-autotune "
-             f"time); protocol: {env.get('protocol')}",
-             f"- Warm start from other GPUs: {', '.join(f'`{p}`' for p in args.warm_from)}; from other problems: the "
-             "scored file's rows outside the scored set",
-             f"- Problems: {sizes['g1000']} G1000 fp16 NT (stratified per seed) and {sizes['llm_decode']} LLM decode "
-             f"shapes (M <= {args.decode_max_m}, fp16 NT); seeds 0-{args.seeds - 1}; candidates outside the sweep's "
-             "measured pool are re-drawn (studies/budget_replay.py says why and what this cannot show)",
-             f"- Commit {header['commit']}; command: `{command}`; {header['wall_s']} s on this machine", "",
-             "Geomean over the set of the best speedup found vs cuBLASLt-autotune; mean over seeds (per seed in "
-             "brackets). Curves: " + png.name + ".", ""]
-    lines += markdown_table(["set", "proposer"] + [f"{b} evals/problem" for b in args.budgets],
-                            summary_rows(curves, args.budgets))
-    lines += ["", "Evaluations per problem the policy needs (mean curve over seeds) to reach the final geomean of "
-              f"random search and of the sweep heuristic at {max(args.budgets)} per problem:", ""]
-    lines += markdown_table(["set", "policy", "to random's final", "to the sweep's final"], reach_rows(curves))
-    best = {name: geomean([backend.best_speedup(p) for p in problems])
-            for name, problems in problem_sets(backend, args.shapes, 0, args.decode_max_m).items()}
-    lines += ["", "The pool's ceiling (the best measured candidate of every problem, seed 0's sets): " +
-              ", ".join(f"{name} {value:.4f}" for name, value in best.items()) + "."]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(render(doc, args.out))
     return 0
 
+
+def render(doc: dict, out: Path) -> str:
+    """Writes the Markdown page and the PNG of a results document beside `out`; returns the Markdown."""
+    header, settings, curves = doc["header"], doc["settings"], doc["curves"]
+    env, budgets = header["environment"], settings["budgets"]
+    backend = ReplayBackend(Path(header["scored"]))
+    sets = problem_sets(backend, settings["shapes"], 0, settings["decode_max_m"])
+    png = out.with_suffix(".png")
+    seeds = f"seeds 0-{settings['seeds'] - 1}"
+    plot(curves, png, f"{env['gpu_name']}: replayed measurements of {Path(header['scored']).name}, {seeds}")
+    lines = [f"# Proposers at equal budgets, scored by measured times ({env['gpu_name']})", "",
+             f"- Scored by: `{header['scored']}` (GPU {env['gpu_name']}, driver {env.get('driver')}, CUDA "
+             f"{env.get('cuda')}, torch {env.get('torch')}, sweep commit {env.get('commit')}; baseline: each row's "
+             f"cuBLASLt-autotune time); protocol: {env.get('protocol')}",
+             f"- Warm start from other GPUs: {', '.join(f'`{p}`' for p in header['warm_from'])}; from other "
+             "problems: the scored file's rows outside the scored set",
+             f"- Problems: {len(sets['g1000'])} G1000 fp16 NT (stratified per seed) and {len(sets['llm_decode'])} LLM "
+             f"decode shapes (M <= {settings['decode_max_m']}, fp16 NT); {seeds}; candidates outside the sweep's "
+             "measured pool are re-drawn (studies/budget_replay.py says why and what this cannot show)",
+             f"- Commit {header['commit']}; command: `{header['command']}`; {header['wall_s']} s on this machine", "",
+             "Geomean over the set of the best speedup found vs cuBLASLt-autotune; mean over seeds (per seed in "
+             f"brackets). Curves: {png.name}.", ""]
+    lines += markdown_table(["set", "proposer"] + [f"{b} evals/problem" for b in budgets],
+                            summary_rows(curves, budgets))
+    for target in ("random", "sweep"):
+        lines += ["", f"Evaluations per problem each policy needs (mean curve over seeds, from one round of 4) to "
+                      f"reach the {target} proposer's mean geomean at b evaluations per problem:", ""]
+        lines += markdown_table(["set", "policy"] + [f"{target} at {b}" for b in budgets],
+                                reach_rows(curves, budgets, target))
+    ceiling = {name: geomean([backend.best_speedup(p) for p in problems]) for name, problems in sets.items()}
+    lines += ["", "The pool's ceiling (the best measured candidate of every problem, seed 0's sets): " +
+              ", ".join(f"{name} {value:.4f}" for name, value in ceiling.items()) + "."]
+    text = "\n".join(lines) + "\n"
+    out.with_suffix(".md").write_text(text)
+    return text
 
 if __name__ == "__main__":
     try:
