@@ -152,20 +152,21 @@ def reach_rows(curves: dict, budgets: list[int], target: str = "random") -> list
 
 
 def plot(curves: dict, path: Path, title: str) -> None:
-    """One panel per problem set: mean curve over seeds of each proposer, min-max band."""
+    """One panel per problem set: mean curve over seeds of each proposer from one round on, min-max band."""
     import matplotlib  # noqa: PLC0415 (only for the figure)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
     fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.5), squeeze=False)
     for ax, (name, by_proposer) in zip(axes[0], curves.items()):
+        first = RunArgs.per_round   # below one round only part of the problems were evaluated
         for proposer, per_seed in by_proposer.items():
-            xs = range(1, len(per_seed[0]) + 1)
-            ax.plot(xs, [statistics.mean(v) for v in zip(*per_seed)], label=proposer)
-            ax.fill_between(xs, [min(v) for v in zip(*per_seed)], [max(v) for v in zip(*per_seed)], alpha=0.15)
+            xs = range(first, len(per_seed[0]) + 1)
+            values = list(zip(*per_seed))[first - 1:]
+            ax.plot(xs, [statistics.mean(v) for v in values], label=proposer)
+            ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
         ax.set_title(name)
         ax.set_xlabel("evaluations per problem")
         ax.set_ylabel("geomean best speedup vs cuBLASLt-autotune")
-        ax.set_ylim(bottom=max(0.5, min(min(min(c) for c in s) for s in by_proposer.values())))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
