@@ -5,10 +5,11 @@ Requests go to the workers in batches (consecutive requests for one problem: one
 buffers for the batch, the problem's baseline timed once and reused, `search.eval_worker`). A candidate that makes
 its worker exit (a fault, an abort) is a CRASH; one that outlives `timeout_s` is a HANG: the worker is killed and
 restarted, the verdict carries the reason (exit status and the tail of the worker's stderr), the batch's later
-candidates are queued again and the other requests go on. Batches are spread over the workers; `evaluate_iter` hands each verdict back as its
-worker answers (so the search can store it at once), `evaluate` all of them in request order. Workers run with PDL
-off (CUDAL2_DISABLE_PDL=1, whatever the caller's environment says): rewards are measured without the overlap PDL
-gives back-to-back calls, and the workers' environment (hence the store's run metadata) records it.
+candidates are queued again and the other requests go on. Batches are spread over the workers; `evaluate_iter` hands
+each verdict back as its worker answers (so the search can store it at once), `evaluate` all of them in request
+order. Workers run with PDL off (CUDAL2_DISABLE_PDL=1, whatever the caller's environment says): rewards are measured
+without the overlap PDL gives back-to-back calls, and the workers' environment (hence the store's run metadata)
+records it.
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """`python -m search report`: a store's runs as Markdown with plots (matplotlib, Agg).
 
-Sections: runs; throughput (evaluations per minute, compile time included and excluded); policies compared at equal evaluation budget (each run cut to the smallest run's count, over the
-problems they share); best speedup per shape; reward and best-geomean curves by policy; what the policy learned
-(most probable values per dimension for a problem of each log2(MNK) bucket); compile and evaluation counts;
-failures by status with example reasons. The winners' patterns by problem size are a study of the store
-(`python -m studies.findings --store STORE`).
+Sections: runs; throughput (evaluations per minute, compile time included and excluded); policies compared at equal
+evaluation budget (each run cut to the smallest run's count, over the problems they share); best speedup per shape;
+reward and best-geomean curves by policy; what the policy learned (most probable values per dimension for a problem
+of each log2(MNK) bucket); compile and evaluation counts; failures by status with example reasons. The winners'
+patterns by problem size are a study of the store (`python -m studies.findings --store STORE`).
 """
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ of the knob grids of the two fastest, measured on one GPU with the cuBLASLt-auto
 backend answers an evaluation with that measurement: OK with the measured time and the row's baseline, INCORRECT for
 a candidate the sweep found wrong, UNSUPPORTED for one that declined the problem there. What the sweep did not
 measure has no verdict here, so the search is restricted to the measured pool: `measured_pool(problem)` gives the
-candidate ids the proposers may choose from (search.loop passes it to every proposer as `ProposalContext.pool`: a proposal
-outside it is re-drawn, never evaluated), and `prebuilt()` the kernels the pool holds (with no build budget the
-proposers keep to them). Replayed evaluations are real hardware timings, but of a restricted space: they can rank
-proposers on how fast they find the best of the measured pool, not on anything outside it.
+candidate ids the proposers may choose from (search.loop passes it to every proposer as `ProposalContext.pool`: a
+proposal outside it is re-drawn, never evaluated), and `prebuilt()` the kernels the pool holds (with no build budget
+the proposers keep to them). Replayed evaluations are real hardware timings, but of a restricted space: they can
+rank proposers on how fast they find the best of the measured pool, not on anything outside it.
 """
 from __future__ import annotations
 
