@@ -218,10 +218,12 @@ def test_explain_reports_cublaslt_choice():
     assert (info["m"], info["n"], info["k"], info["layout"]) == (64, 128, 256, "nt")
 
 
-def test_config_change_expires_the_cached_decision():
+def test_config_change_expires_the_cached_decision(tmp_path):
     """Repeated calls of one problem reuse the thread's cached dispatch decision; switching table kernels off must
     expire it: the next call decides again (logged by CUDAL2_PRINT_CONFIGS) for cuBLASLt, and results stay exact
-    (checked in a subprocess, whose stderr carries the log)."""
+    (checked in a subprocess, whose stderr carries the log). The table is the test's own (a kernel entry for the
+    shape), so what the committed table holds for the shape does not matter."""
+    table = table_naming_a_kernel(tmp_path, "nt_fp16_64_128_256")
     code = ("import torch, cudal2_ops\n"
             "from cudal2_ops._extension import _C\n"
             "x = torch.randint(-2, 3, (64, 256), device='cuda').half()\n"
@@ -231,15 +233,16 @@ def test_config_change_expires_the_cached_decision():
             "_C.set_config(False, False, True)\n"
             "assert all(torch.equal(cudal2_ops.linear(x, w), want) for _ in range(3))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "CUDAL2_PRINT_CONFIGS": "1"})
+                          env={**os.environ, "CUDAL2_PRINT_CONFIGS": "1", "CUDAL2_TABLE": str(table)})
     assert proc.returncode == 0, proc.stderr
     decisions = [line for line in proc.stderr.splitlines() if line.startswith("[cudal2] nt_fp16_64_128_256")]
     assert len(decisions) == 2, proc.stderr
-    assert "table kernels disabled" in decisions[1], decisions
+    assert "table: exact hit" in decisions[0] and "table kernels disabled" in decisions[1], decisions
 
 
-def test_table_entry_routes_to_its_kernel(tmp_path):
-    """A table naming a loaded kernel for one shape sends that shape to the kernel (checked in a subprocess)."""
+def table_naming_a_kernel(tmp_path, key: str):
+    """A table file for this GPU whose one entry sends problem `key` (an nt fp16 problem) to a built sm80_cute kernel;
+    skips the test when none is built. Returns the file's path."""
     from cudal2_ops import _extension
 
     names = [n for n in _extension._C.kernel_names() if _extension._C.kernel_info(n)["layout"] == "nt"
@@ -248,9 +251,16 @@ def test_table_entry_routes_to_its_kernel(tmp_path):
         pytest.skip("no sm80_cute fp16 nt kernel built")
     props = torch.cuda.get_device_properties(0)
     table = {"header": {"schema_version": 1, "gpu_name": props.name, "sm_count": props.multi_processor_count,
-                        "cuda": torch.version.cuda}, "entries": {"nt_fp16_256_512_1024": {"kernel": names[0]}}}
+                        "cuda": torch.version.cuda}, "entries": {key: {"kernel": names[0]}}}
     path = tmp_path / "table.json"
     path.write_text(json.dumps(table))
+    return path
+
+
+def test_table_entry_routes_to_its_kernel(tmp_path):
+    """A table naming a loaded kernel for one shape sends that shape to the kernel (checked in a subprocess)."""
+    path = table_naming_a_kernel(tmp_path, "nt_fp16_256_512_1024")
+    kernel = json.loads(path.read_text())["entries"]["nt_fp16_256_512_1024"]["kernel"]
     code = ("import torch, cudal2_ops, json\n"
             "x = torch.randn(256, 1024, device='cuda', dtype=torch.float16)\n"
             "w = torch.randn(512, 1024, device='cuda', dtype=torch.float16)\n"
@@ -263,7 +273,7 @@ def test_table_entry_routes_to_its_kernel(tmp_path):
                           env={**os.environ, "CUDAL2_TABLE": str(path)})
     assert proc.returncode == 0, proc.stderr
     info, err, other = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert info["path"] == "kernel" and info["kernel"] == names[0], json.dumps(info)
+    assert info["path"] == "kernel" and info["kernel"] == kernel, json.dumps(info)
     assert err <= 1e-3
     assert other["path"] == "cublaslt"
 
