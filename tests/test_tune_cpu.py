@@ -66,3 +66,30 @@ def test_cli_rejects_a_bad_margin(tmp_path):
     with pytest.raises(SystemExit) as exc:
         tune.main(["--problems", str(tmp_path / "p.json"), "--margin", "-1"])
     assert exc.value.code == 2
+
+
+def test_fastest_retimes_the_heuristic_choice_in_interleaved_rounds(monkeypatch):
+    """A first pass that put the heuristic's configuration outside the fastest few must not drop it: it is re-timed
+    with the finalists, in rounds that each start one finalist later, and chosen when it is the fastest."""
+    true_us = {0: 5.0, 1: 6.0, 2: 6.5, 3: 7.0}   # config id -> time on re-timing; 0 is the heuristic's choice
+    calls: list[int] = []
+
+    def fake_graph_time_us(fn, target_us=150.0, replays=5):
+        return true_us[fn()]
+
+    monkeypatch.setattr(tune, "graph_time_us", fake_graph_time_us)
+    timed = [tune.Timed(9.0, config=[0]), tune.Timed(4.0, config=[1]), tune.Timed(4.5, config=[2]),
+             tune.Timed(4.8, config=[3])]          # noisy first pass: the heuristic's looked slowest
+
+    def run(c):
+        calls.append(c.config[0])
+        return c.config[0]
+
+    ranked = tune.fastest(timed, run, retime=2, always=timed[0])
+    assert [c.config[0] for c in ranked] == [0, 1, 2, 3]
+    assert ranked[0].us == 5.0 and ranked[3].us == 4.8            # not a finalist: its first-pass time stays
+    assert calls == [1, 2, 0, 2, 0, 1, 0, 1, 2][:3 * tune.RETIME_ROUNDS]
+    calls.clear()
+    fresh = [tune.Timed(9.0, config=[0]), tune.Timed(4.0, config=[1]), tune.Timed(4.5, config=[2])]
+    assert [c.config[0] for c in tune.fastest(fresh, run, retime=2)] == [1, 2, 0]   # without `always`: dropped
+    assert 0 not in calls
