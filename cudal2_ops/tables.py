@@ -217,12 +217,26 @@ def cublaslt_fields(entry: dict) -> list[int]:
     return [int(config[name]) for name in LT_CONFIG_FIELDS]
 
 
+def slower_than_heuristic(entry: dict) -> bool:
+    """Whether the entry's cuBLASLt configuration was measured, in the tuning that chose it, slower than cuBLASLt's
+    heuristic choice (what the dispatcher runs for a problem without a configuration). Tuning re-times the heuristic's
+    choice among its finalists and so cannot choose such a configuration now; tables tuned before it did (a noisy
+    first pass could drop the heuristic's choice), and such a configuration is worth less than none."""
+    heuristic_us = entry.get("cublaslt_heuristic_us")
+    return bool(entry.get("cublaslt")) and heuristic_us is not None and entry.get("cublaslt_us", 0.0) > heuristic_us
+
+
 def table_rows(table: Table) -> list[tuple]:
-    """Rows for the dispatcher: (layout, dtype, m, n, k, kernel or "", splits, swizzle, raster, cuBLASLt fields)."""
+    """Rows for the dispatcher: (layout, dtype, m, n, k, kernel or "", splits, swizzle, raster, cuBLASLt fields).
+    A cuBLASLt configuration `slower_than_heuristic` is left out (and with it an entry that names no kernel), so those
+    problems run the heuristic's choice."""
     rows = []
     for key, entry in table.entries.items():
+        config = [] if slower_than_heuristic(entry) else cublaslt_fields(entry)
+        if not config and not entry.get("kernel"):
+            continue
         layout, dtype, m, n, k = parse_key(key)
-        rows.append((layout, dtype, m, n, k, entry.get("kernel", ""), *Knobs.from_dict(entry), cublaslt_fields(entry)))
+        rows.append((layout, dtype, m, n, k, entry.get("kernel", ""), *Knobs.from_dict(entry), config))
     return rows
 
 

@@ -95,6 +95,21 @@ def test_cublaslt_configurations_become_dispatcher_rows(tmp_path, monkeypatch):
     assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields), ("nt", "fp16", 64, 64, 64, "k", 0, 0, 1, fields)]
 
 
+def test_configurations_measured_slower_than_the_heuristic_are_not_installed(tmp_path, monkeypatch):
+    """A configuration its own tuning timed slower than cuBLASLt's heuristic choice is left out (the problem runs the
+    heuristic's choice); a kernel of the same entry stays; one timed as fast or faster is installed."""
+    entries = {"nn_fp16_8_64_64": {"cublaslt": LT, "cublaslt_us": 8.05, "cublaslt_heuristic_us": 6.62},
+               "nt_fp16_64_64_64": {"kernel": "k", "cublaslt": LT, "cublaslt_us": 3.0, "cublaslt_heuristic_us": 2.9},
+               "nn_bf16_8_64_64": {"cublaslt": LT, "cublaslt_us": 2.5, "cublaslt_heuristic_us": 2.5},
+               "nt_bf16_8_64_64": {"cublaslt": LT, "cublaslt_us": 2.5}}
+    monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(cublaslt_version=130100), entries)))
+    monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
+    rows = sorted(tables.table_rows(tables.load_table_for(FACTS_LT)))
+    fields = [21, 18, 8, 1, 0, 0, 0, 0, 2]
+    assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields), ("nt", "bf16", 8, 64, 64, "", 0, 0, 0, fields),
+                    ("nt", "fp16", 64, 64, 64, "k", 0, 0, 0, [])]
+
+
 def test_configurations_of_another_cublaslt_are_dropped_with_one_warning(tmp_path, monkeypatch):
     entries = {"nn_bf16_8_64_64": {"cublaslt": LT}, "nt_fp16_64_64_64": {"kernel": "k", "cublaslt": LT}}
     monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(cublaslt_version=120900), entries)))
