@@ -3,31 +3,43 @@
 A `TimingSets` region holds one shared B and R distinct pairs (A_i, D_i) (R sized from the baseline's time so that
 a replay lasts about TARGET_MS, within a memory budget): call i of a replay reads A_i and writes D_i, so a launcher
 that skips calls (keyed on pointers, shapes or a counter) leaves outputs unwritten, and every D_i is poisoned with
-NaN before each replay and checked against its fp32 reference after it. The baseline (cuBLASLt-autotune, in the
-judge's process) is timed in kernel mode over the same sets. The candidate's replays run in the runner process;
-the judge times them with its own events (`bracket`): on a judge stream, a short spin, then T0 and the "go" event;
-the runner's stream waits on "go", replays its graph and records "done"; the judge's stream waits on "done" and
-records T1. The spin lets every step be enqueued before T0 runs (a measurement whose spin ended too early is
-repeated). T1 - T0 less the same bracket around an empty replay is the candidate's time, measured where no candidate
-code was ever loaded.
+NaN before each replay and checked against its fp32 reference after it (all R in one pass, one host sync). A case's
+inputs come from its seed alone, so its fp32 references are computed once and reused by every candidate of the
+batch. The baseline (cuBLASLt-autotune, in the judge's process) is timed in kernel mode over the same sets. The
+candidate's replays run in the runner process; the judge times them with its own events (`Bracket`): with the
+judge's own queued work finished (a device synchronize: work of the judge still running would make the GPU switch
+between the two processes inside the bracket), on a judge stream, a short spin, then T0 and the "go" event; the
+runner's stream waits on "go", replays its graph and records "done"; the judge's stream waits on "done" and records
+T1. The spin lets every step be enqueued before T0 runs (a measurement whose spin ended too early is repeated with a
+longer spin, kept for later measurements). T1 - T0 less the least bracket around an empty replay is the
+candidate's time, measured where no candidate code was ever loaded; it is never taken below the runner's own event
+time around its graph (a runner can only lose by reporting more).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 
 import torch
 
 from cudal2_testing.correctness.checks import _sleep_cycles
-from cudal2_testing.correctness.reference import REL_TOL, reference
+from cudal2_testing.correctness.reference import REL_TOL, strict_cublas
 from search.runner_client import RunnerClient, SharedRegion, aligned, problem_spec, wait_event
 
 TARGET_MS = 2.0            # length of one timed replay (the candidate's and the baseline's)
 MAX_CALLS = 256            # calls (and sets) per replay
 SET_BUDGET = 4 << 30       # bytes of A_i + D_i sets, and again of fp32 references
-SPIN_S = 0.003             # the judge's spin before T0: longer than enqueueing the rest takes
-BRACKET_TRIES = 4
+REF_CACHE_BUDGET = 3 * SET_BUDGET   # fp32 references kept for a batch's later candidates (one entry per case)
+CHUNK_BYTES = 256 << 20    # fp32 temporaries of one step of a fill, a reference or an output check
+SPIN_S = 0.0005            # the judge's first spin before T0 (doubled, for good, whenever enqueueing took longer)
+BRACKET_TRIES = 6
+REPLAY_BUDGET_MS = 6.0     # timed replays per case: until about this much replay time, MIN_REPS to MAX_REPS
+MIN_REPS = 3
+MAX_REPS = 10
+WALL_RATIO = 2.0           # eager wall clock above this times max(events + host allowance, baseline wall): flagged
+WALL_SLACK_US = 2.0
 
 
 @dataclasses.dataclass
@@ -62,38 +74,86 @@ class TimingSets:
 
     def __post_init__(self):
         a, b, d = self.set_bytes(self.m, self.n, self.k, self.dtype)
+        self.device = self.region.tensor.device
         self.offsets = {"b": 0, "a": [b + i * a for i in range(self.calls)],
                         "d": [b + self.calls * a + i * d for i in range(self.calls)]}
         self.b = self.region.view(0, (self.k, self.n) if self.layout == "nn" else (self.n, self.k), self.dtype)
         self.a = [self.region.view(o, (self.m, self.k), self.dtype) for o in self.offsets["a"]]
         self.d = [self.region.view(o, (self.m, self.n), self.dtype) for o in self.offsets["d"]]
-        self.refs: list[torch.Tensor] = []
+        self.a_block = self._block(b, a, self.m * self.k)                   # [R, m*k]: row i is A_i
+        self.d_block = self._block(b + self.calls * a, d, self.m * self.n)  # [R, m*n]: row i is D_i
+        self.refs: torch.Tensor | None = None       # fp32 [R, m*n] of the current case
+        self.ref_norms: torch.Tensor | None = None
+        self.errors: list[float] = []               # relative error per D_i at the last check
+        self._references: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # seed -> (refs, norms)
+
+    def _block(self, offset: int, stride_bytes: int, elems: int) -> torch.Tensor:
+        """The R equally spaced arrays of `elems` elements from byte `offset` as one [R, elems] view."""
+        esize = torch.empty((), dtype=self.dtype).element_size()
+        flat = self.region.tensor[offset:offset + self.calls * stride_bytes].view(self.dtype)
+        return flat.view(self.calls, stride_bytes // esize)[:, :elems]
+
+    def _row_chunks(self, row_bytes: int) -> list[slice]:
+        step = max(1, CHUNK_BYTES // max(row_bytes, 1))
+        return [slice(i, min(i + step, self.calls)) for i in range(0, self.calls, step)]
 
     def fill(self, seed: int, references: bool = True) -> None:
-        """Random normal A_i and B from `seed` (the same seed gives the same sets), and their fp32 references."""
-        g = torch.Generator(device="cuda")
+        """Random normal A_i and B from `seed` (the same seed gives the same sets), and their fp32 references
+        (computed on the first fill with this seed, then reused while the cache budget allows)."""
+        g = torch.Generator(device=self.device)
         g.manual_seed(seed)
-        self.b.copy_(torch.randn(self.b.shape, generator=g, device="cuda"))
-        for a in self.a:
-            a.copy_(torch.randn(a.shape, generator=g, device="cuda"))
-        self.refs = [reference(a, self.b, self.layout) for a in self.a] if references else []
+        self.b.copy_(torch.randn(self.b.shape, generator=g, device=self.device))
+        for rows in self._row_chunks(self.m * self.k * 4):
+            block = self.a_block[rows]
+            block.copy_(torch.randn(block.shape, generator=g, device=self.device))
+        self.errors = []
+        if not references:
+            self.refs = self.ref_norms = None
+            return
+        if seed not in self._references:
+            refs = self._fp32_references()
+            held = sum(r.numel() * 4 for r, _ in self._references.values())
+            if held + refs[0].numel() * 4 > REF_CACHE_BUDGET:
+                self._references.clear()
+            self._references[seed] = refs
+        self.refs, self.ref_norms = self._references[seed]
+
+    def _fp32_references(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A_i @ op(B) in fp32 without TF32 (as `cudal2_testing...reference`) for every i, and their norms."""
+        b = self.b.float() if self.layout == "nn" else self.b.float().t()
+        refs = torch.empty((self.calls, self.m * self.n), dtype=torch.float32, device=self.device)
+        with strict_cublas():
+            for rows in self._row_chunks((self.m * self.k + self.m * self.n) * 4):
+                a = self.a_block[rows].unflatten(1, (self.m, self.k)).float()
+                refs[rows] = torch.matmul(a, b).flatten(1)
+        return refs, refs.norm(dim=1)
 
     def poison(self) -> None:
-        for d in self.d:
-            d.fill_(float("nan"))
+        """Every D_i to NaN (one fill)."""
+        self.d_block.fill_(float("nan"))
+
+    def _relative_errors(self) -> list[float]:
+        """||D_i - ref_i|| / ||ref_i|| for every i (NaN where D_i holds NaN), with one host sync."""
+        if self.refs is None:
+            raise RuntimeError("the sets were filled without references")
+        norms = torch.empty(self.calls, dtype=torch.float32, device=self.device)
+        for rows in self._row_chunks(self.m * self.n * 8):
+            norms[rows] = (self.d_block[rows].float() - self.refs[rows]).norm(dim=1)
+        return (norms / self.ref_norms.clamp_min(1e-30)).tolist()
 
     def wrong_outputs(self) -> str:
         """"" when every D_i is within tolerance of its reference, else which are not."""
         tol = REL_TOL[self.dtype]
-        errors = [((d.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item() for d, ref in zip(self.d, self.refs)]
-        bad = [(i, e) for i, e in enumerate(errors) if not e <= tol]
+        self.errors = self._relative_errors()
+        bad = [(i, e) for i, e in enumerate(self.errors) if not e <= tol]
         if not bad:
             return ""
         return (f"{len(bad)} of {self.calls} outputs wrong (first: call {bad[0][0]}, relative error {bad[0][1]:.3g} "
                 f"> {tol:g})")
 
     def max_error(self) -> float:
-        return max(((d.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item() for d, ref in zip(self.d, self.refs))
+        """The largest relative error of the last check (checked now if none was since the last fill)."""
+        return max(self.errors or self._relative_errors())
 
     def specs(self, knobs, workspace: list | None, workspace_bytes: int) -> list[dict]:
         """The runner's problem for each call i (set i; the shared workspace)."""
@@ -104,23 +164,30 @@ class TimingSets:
                              workspace_bytes) for i in range(self.calls)]
 
 
-class Bracket:
-    """The judge's events around one piece of the runner's work (see the module docstring)."""
+@functools.cache
+def spin_cycles(device: int) -> int:
+    """The torch.cuda._sleep argument of a SPIN_S spin on `device`, calibrated once per process."""
+    return max(1000, _sleep_cycles(device, SPIN_S))
 
-    def __init__(self, runner: RunnerClient):
+
+class Bracket:
+    """The judge's events around one piece of the runner's work (see the module docstring). `cycles` is the spin
+    (doubled whenever it proved too short; pass it on to the next candidate's bracket)."""
+
+    def __init__(self, runner: RunnerClient, cycles: int | None = None):
         self.runner = runner
         self.stream = torch.cuda.Stream()
-        self.cycles = _sleep_cycles(torch.cuda.current_device(), SPIN_S)
+        self.cycles = cycles or spin_cycles(torch.cuda.current_device())
 
     def measure(self, op: str, **fields) -> tuple[float, dict]:
         """(judge-measured microseconds, the runner's answer) of one request whose work waits on "go" and
         records "done"."""
-        spin = self.cycles
+        torch.cuda.synchronize()   # nothing of the judge's may run inside the bracket (it would share the GPU)
         for _ in range(BRACKET_TRIES):
             spun, t0, t1 = (torch.cuda.Event(), torch.cuda.Event(enable_timing=True),
                             torch.cuda.Event(enable_timing=True))
             with torch.cuda.stream(self.stream):
-                torch.cuda._sleep(spin)
+                torch.cuda._sleep(self.cycles)
                 spun.record()
                 t0.record()
                 self.runner.go.record()
@@ -131,10 +198,33 @@ class Bracket:
             wait_event(t1, self.runner)
             if not late:
                 return t0.elapsed_time(t1) * 1e3, answer
-            spin *= 4
-        raise RuntimeError(f"the judge could not enqueue a bracket within a {spin // 4} cycle spin "
+            self.cycles *= 2
+        raise RuntimeError(f"the judge could not enqueue a bracket within a {self.cycles // 2} cycle spin "
                            f"({BRACKET_TRIES} tries)")
 
-    def overhead_us(self, reps: int = 7) -> float:
-        """Median bracket around an empty replay: the cost of going to the runner's context and back."""
-        return statistics.median(self.measure("replay", empty=True)[0] for _ in range(reps))
+    def overhead_us(self, reps: int = 5) -> float:
+        """The least bracket around an empty replay: the cost of going to the runner's context and back (anything
+        else in a bracket only lengthens it, so the least is the cost itself)."""
+        return min(self.measure("replay", empty=True)[0] for _ in range(reps))
+
+
+def more_replays(replay_us: list[float]) -> bool:
+    """Whether a case needs another timed replay: at least MIN_REPS, then until REPLAY_BUDGET_MS of replays or
+    MAX_REPS."""
+    if len(replay_us) < MIN_REPS:
+        return True
+    return len(replay_us) < MAX_REPS and sum(replay_us) < REPLAY_BUDGET_MS * 1e3
+
+
+def per_call_us(judge_us: list[float], overhead_us: float, runner_us: list[float], calls: int) -> tuple[float, float]:
+    """(the judge's us per call: median bracket less the empty bracket, the runner's own us per call)."""
+    judged = max(statistics.median(judge_us) - overhead_us, 0.0) / calls
+    return judged, statistics.median(runner_us) / calls
+
+
+def wall_clock_bound_us(cand_us: float, base_us: float, base_wall_us: float) -> float:
+    """The eager wall clock per call above which a candidate is flagged: WALL_RATIO x the larger of its event time
+    plus the host cost of a call (the baseline's wall clock less its event time) and the baseline's wall clock, plus
+    WALL_SLACK_US."""
+    host_us = max(base_wall_us - base_us, 0.0)
+    return WALL_RATIO * max(cand_us + host_us, base_wall_us) + WALL_SLACK_US

@@ -24,7 +24,7 @@ import torch
 
 from search.candidate import CRASH, HANG
 from search.cuda_runtime import Runtime
-from search.sandbox import RunnerDied
+from search.sandbox import PDL_ENV, RunnerDied
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ALIGN = 256
@@ -68,7 +68,8 @@ def aligned(n: int) -> int:
 
 
 class RunnerClient:
-    """A runner process for one kernel of one library, given `regions` and the judge's go/done events."""
+    """A runner process for one kernel of one library, given `regions` and the judge's go/done events; PDL off in it
+    (CUDAL2_DISABLE_PDL=1 whatever this process's environment says)."""
 
     def __init__(self, library: str, kernel: str, regions: list[SharedRegion], timeout_s: float,
                  env: dict[str, str] | None = None):
@@ -77,8 +78,8 @@ class RunnerClient:
         self.done = torch.cuda.Event(interprocess=True)
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "search.sandbox"], cwd=REPO_ROOT, text=True, bufsize=1,
-                                     env={**os.environ, **(env or {})}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr)
+                                     env={**os.environ, **(env or {}), PDL_ENV: "1"}, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr)
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         setup = {"library": library, "kernel": kernel, "memory": [r.handle for r in regions],

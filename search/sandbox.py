@@ -12,15 +12,18 @@ judge asks, one JSON line per request and per answer:
     {"op": "capture", "problems": [P, ...]}        -> {"statuses", "nodes": {type: count}, "error"}
     {"op": "replay", "empty": bool}                -> {}  (waits on "go", replays the captured graph, records "done")
     {"op": "timed"}                                -> {"us": runner-side event time of the last replay}
-    {"op": "eager", "problems": [P, ...], "calls": n} -> {"nonzero": statuses != 0}  (device-wide sync around)
+    {"op": "eager", "calls": n}                    -> {"nonzero": statuses != 0}  (the captured problems in turn;
+                                                      device-wide sync around)
     {"op": "ping"}                                 -> {}
     {"op": "load", "library": path, "kernel": name} -> {"kernel": {...}} or {"error"}  (the next candidate of a
                                                       batch: replaces the kernel and drops the captured graph)
 
-P names buffers as [region, byte offset] into the shared regions. Everything this process reports is treated as
-untrusted by the judge: outputs are read back from the judge's own memory, timings are taken by the judge's own
-events around this process's work, and a candidate that patches this process (a constructor slipping past the
-object check) can lie only about what the judge cross-checks. The process dies with its parent (PR_SET_PDEATHSIG).
+P names buffers as [region, byte offset] into the shared regions. The ready line reports the kernel and whether
+CUDAL2_DISABLE_PDL=1 reached this process (the judge refuses a runner with PDL on). Everything this process
+reports is treated as untrusted by the judge: outputs are read back from the judge's own memory, timings are
+taken by the judge's own events around this process's work, and a candidate that patches this process (a
+constructor slipping past the object check) can lie only about what the judge cross-checks. The process dies with
+its parent (PR_SET_PDEATHSIG).
 
     python -m search.sandbox     # first line on stdin: {"library", "kernel", "memory": [hex], "events": {...}}
 """
@@ -37,6 +40,7 @@ from ctypes import POINTER, byref, c_int
 from search.cuda_runtime import CAPTURE_MODE_GLOBAL, CudaError, CudaKernel, CudaProblem, Runtime
 
 PR_SET_PDEATHSIG = 1
+PDL_ENV = "CUDAL2_DISABLE_PDL"
 LOAD_ERRORS = (OSError, LookupError, CudaError, AttributeError, ValueError)  # a library or kernel that cannot load
 
 
@@ -91,11 +95,13 @@ class Runner:
         self.library = ctypes.CDLL(library, mode=os.RTLD_NOW | os.RTLD_LOCAL)
         self.kernel = find_kernel(self.library, kernel)
         self.graph_exec = None
+        self.captured: list[CudaProblem] = []
 
     def describe(self) -> dict:
         k = self.kernel
         return {"abi_version": k.abi_version, "family": (k.family or b"").decode(errors="replace"),
-                "dtype": k.dtype, "layout": k.layout, "sm_min": k.sm_min, "sm_max": k.sm_max}
+                "dtype": k.dtype, "layout": k.layout, "sm_min": k.sm_min, "sm_max": k.sm_max,
+                "pdl_disabled": os.environ.get(PDL_ENV) == "1"}
 
     def problem(self, spec: dict) -> CudaProblem:
         def ptr(ref):
@@ -146,7 +152,9 @@ class Runner:
             error = self._error("cudaStreamSynchronize", self.stream)
             return {"error": error, "us": None if error else self.rt.elapsed_ms(self.start, self.end) * 1e3}
         if op == "eager":
-            problems = [self.problem(spec) for spec in request["problems"]]
+            problems = self.captured
+            if not problems:
+                return {"error": "eager calls before a capture", "nonzero": 0}
             self.rt.call("cudaDeviceSynchronize")
             nonzero = sum(self.launch(problems[i % len(problems)]) != 0 for i in range(request["calls"]))
             return {"nonzero": nonzero, "error": self._error("cudaDeviceSynchronize")}
@@ -173,6 +181,7 @@ class Runner:
             self.rt.lib.cudaGetLastError()
             return {"statuses": statuses, "nodes": {}, "error": f"the capture failed: {exc}"}
         nodes = self.rt.node_census(graph)
+        self.captured = problems
         if any(statuses):
             return {"statuses": statuses, "nodes": nodes, "error": ""}
         self.graph_exec = self.rt.instantiate(graph)
