@@ -187,8 +187,8 @@ def _auto_splits(cfg: HgemmConfig, tiles: int, k: int, sm_count: int) -> int:
         return max(1, min(k_tiles, sm_count // max(tiles, 1)))
     if cfg.family == "sm80_cute" and tiles < sm_count // 2:
         return max(1, min(8, k_tiles, sm_count // tiles))
-    if cfg.family == "tiny":  # cluster parts of >= 256 of K (sm_90 only: model_terms runs it unsplit before)
-        return max(1, min(8, k_tiles, k // 256, sm_count // tiles))
+    if cfg.family == "tiny":  # cluster parts of >= 128 of K (sm_90 only: model_terms runs it unsplit before)
+        return max(1, min(16, k_tiles, k // 128, sm_count // tiles))
     return 1
 
 
@@ -240,8 +240,8 @@ def model_terms(cfg: HgemmConfig, knobs: tuple[int, int, int], m: int, n: int, k
         fixup = c.streamk_fixup
     else:
         parts = splits if (splits and cfg.family != "sm90_tma_ws") else _auto_splits(cfg, tiles, k, gpu.sm_count)
-        if cfg.family == "tiny":  # K parts reduce in a cluster of at most 8 CTAs, on sm_90 only
-            parts = min(parts, 8) if gpu.arch >= 90 else 1
+        if cfg.family == "tiny":  # K parts reduce in a cluster of at most 16 CTAs, on sm_90 only
+            parts = min(parts, 16) if gpu.arch >= 90 else 1
         parts = min(parts, math.ceil(k / cfg.tile_k))
         waves = math.ceil(tiles * parts / gpu.sm_count)
         k_share, fixup = k / parts, 1.0

@@ -3,6 +3,7 @@ of one fp16 NT and one bf16 NN instance for the library's sm80-folder targets.""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import subprocess
 
@@ -27,17 +28,17 @@ def test_registered_as_an_sm80_folder_family():
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (dict(tile_m=16), "tile_m and tile_n"),
+    (dict(tile_m=8), "tile_m and tile_n"),
     (dict(tile_n=96), "tile_m and tile_n"),
     (dict(tile_k=16), "tile_k"),
     (dict(tile_k=256), "tile_k"),
     (dict(stages=1), "stages"),
-    (dict(stages=7), "stages"),
+    (dict(stages=9), "stages"),
     (dict(warps=3), "warps must be one of"),
     (dict(warps=0), "warps must be one of"),
-    (dict(warps=2), "multiple of the 2x2 warp tiles"),       # 4 warp tiles of 32x32, 2 warps
-    (dict(tile_m=128, tile_n=128, warps=8), "multiple of the 4x4"),
-    (dict(tile_k=32, warps=16), "warps along K (4) must divide tile_k/16 (2)"),
+    (dict(warps=2), "2 warps do not fit a 64x64x64 tile: between 4"),          # 4 warp tiles of 32x32 at least
+    (dict(tile_m=128, tile_n=128, warps=8), "between 16 (32x32 warp tiles)"),
+    (dict(tile_m=16, tile_n=16, tile_k=32, warps=4), "and 2 (16x16 warp tiles"),  # one 16x16 tile, 2 K steps
     (dict(tile_m=128, tile_n=128, tile_k=128, stages=6, warps=16), "shared memory"),
     (dict(cluster_n=2), "sm90_tma_ws fields"),
     (dict(schedule="coop"), "sm90_tma_ws fields"),
@@ -54,29 +55,53 @@ def test_arch_range_and_smem_limits():
     assert tiny.feasible(cfg(), 90) == (True, "")
     assert tiny.feasible(cfg(), 75)[0] is False
     assert tiny.feasible(cfg(), 100)[0] is False
-    big = cfg(tile_m=128, tile_n=128, tile_k=128, stages=3, warps=16)  # 3 x 69632 B: fits sm_90, not sm_80
-    assert tiny.smem_bytes(big) == 3 * 2 * 2 * 128 * 136
+    big = cfg(tile_m=128, tile_n=128, tile_k=64, stages=4, warps=16)  # 147456 B of stages + 77792 B receive buffer
+    assert tiny.smem_bytes(big) == 4 * 2 * 2 * 128 * 72 + (128 + 15) * 136 * 4
     assert tiny.feasible(big, 90)[0] and not tiny.feasible(big, 80)[0]
 
 
-def test_warp_grid_and_smem_model():
-    assert tiny.warp_grid(cfg()) == (2, 2, 2)
-    assert tiny.warp_grid(cfg(tile_m=32, tile_n=64, warps=8)) == (1, 2, 4)
-    assert tiny.warp_grid(cfg(tile_m=128, tile_n=32, warps=4)) == (4, 1, 1)
-    # stage = A [64][64+8] + B (nt: [64][64+8]; nn: [64][64+8]) halves
-    assert tiny.smem_bytes(cfg()) == 3 * (64 * 72 + 64 * 72) * 2
-    assert tiny.smem_bytes(cfg(layout="nn", tile_n=128, warps=16)) == 3 * (64 * 72 + 64 * 136) * 2
-    # a pipeline smaller than the fp32 tile the cluster reduction needs, or than the warps_k scratch
-    short_k = cfg(tile_m=128, tile_n=128, tile_k=32, stages=2, warps=16)
-    assert tiny.smem_bytes(short_k) == 128 * 128 * 4
-    scratch = cfg(tile_m=64, tile_n=32, tile_k=128, stages=2, warps=16)  # warps_k = 8: 7 partial tiles
-    assert tiny.smem_bytes(scratch) == 7 * 64 * 32 * 4
+@pytest.mark.parametrize("overrides, layout", [
+    (dict(), (2, 2, 2, 32, 32)),                                          # 4 covering warps, 2 K groups
+    (dict(tile_m=32, tile_n=32, warps=16), (2, 2, 4, 16, 16)),            # K groups first (4 k16 steps), then 16x16
+    (dict(tile_m=32, tile_n=64, warps=16), (1, 4, 4, 32, 16)),            # leftover halves N first
+    (dict(tile_m=64, tile_n=32, tile_k=32, warps=16), (4, 2, 2, 16, 16)),  # 2 K groups, then N, then M
+    (dict(tile_m=16, tile_n=64, tile_k=128, warps=16), (1, 2, 8, 16, 32)),
+    (dict(tile_m=128, tile_n=32, warps=4), (4, 1, 1, 32, 32)),
+    (dict(tile_m=16, tile_n=16, tile_k=128, warps=8), (1, 1, 8, 16, 16)),
+])
+def test_warp_layout_k_groups_first(overrides, layout):
+    assert tuple(tiny.warp_layout(cfg(**overrides))) == layout
+
+
+def feasible_grid(arch: int = 90) -> list[HgemmConfig]:
+    """Every feasible NT fp16 config of the space at 2 stages (the warp layout does not depend on the rest)."""
+    shapes = itertools.product(tiny.TILE_MN, tiny.TILE_MN, tiny.TILE_K, tiny.WARPS)
+    configs = [cfg(tile_m=m, tile_n=n, tile_k=k, stages=2, warps=w) for m, n, k, w in shapes]
+    return [c for c in configs if tiny.feasible(c, arch)[0]]
+
+
+def test_warp_layout_covers_the_tile_with_every_warp():
+    for c in feasible_grid():
+        layout = tiny.warp_layout(c)
+        assert layout.m * layout.tile_m == c.tile_m and layout.n * layout.tile_n == c.tile_n, c.name
+        assert layout.tile_m in (16, 32) and layout.tile_n in (16, 32), c.name
+        assert layout.m * layout.n * layout.k == c.warps and (c.tile_k // 16) % layout.k == 0, c.name
+
+
+def test_smem_model():
+    # stage = A [64][64+8] + B (nt: [64][64+8]) halves; receive = warps_k 2 x (64 + 15) rows x (64 + 8) floats
+    assert tiny.pipeline_bytes(cfg()) == 3 * (64 * 72 + 64 * 72) * 2
+    assert tiny.receive_bytes(cfg()) == 2 * 79 * 72 * 4
+    assert tiny.smem_bytes(cfg()) == tiny.pipeline_bytes(cfg()) + tiny.receive_bytes(cfg())
+    nn = cfg(layout="nn", tile_n=128, tile_k=32, warps=16)  # B [32][128+8]; 2 K groups
+    assert tiny.pipeline_bytes(nn) == 3 * (64 * 40 + 32 * 136) * 2
+    assert tiny.receive_bytes(nn) == 2 * 79 * 136 * 4
 
 
 def test_register_estimate_and_rule(monkeypatch):
-    # 84 + 4 per 16-byte cp.async chunk per thread: (32 + 32) * 128 / 8 chunks over 32 threads
-    assert tiny.registers(cfg(tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1)) == 84 + 4 * 32
-    assert tiny.registers(cfg(tile_m=32, tile_n=64, warps=8)) == 84 + 4 * 3  # 12 chunks over 256 threads, rounded up
+    # 52 + accumulators of the warp tile + 5 per 16-byte cp.async chunk per thread
+    assert tiny.registers(cfg(tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1)) == 52 + 32 + 5 * 32
+    assert tiny.registers(cfg(tile_m=32, tile_n=32, warps=16)) == 52 + 8 + 5 * 1  # 16x16 warp tiles, 256 chunks
     assert tiny.register_cap(cfg(warps=16)) == 128 and tiny.register_cap(cfg(warps=4)) == 255
     monkeypatch.setattr(tiny, "REGISTER_FILE", 32768)  # a smaller register file: 16-warp CTAs get 64 each
     ok, why = tiny.feasible(cfg(tile_n=128, warps=16), 90)
@@ -96,7 +121,7 @@ def test_render_is_deterministic_and_names_the_kernel():
 
 def test_name_round_trip():
     assert cfg().name == "tiny_fp16_nt_64x64x64_s3_w8"
-    for c in [cfg(), cfg(dtype="bf16", layout="nn", tile_m=32, tile_n=128, tile_k=128, stages=2, warps=16),
+    for c in [cfg(), cfg(dtype="bf16", layout="nn", tile_m=16, tile_n=128, tile_k=128, stages=8, warps=16),
               *tiny.default_configs()]:
         assert HgemmConfig.from_name(c.name) == c
         assert c.arch_dir == "sm80"
@@ -105,17 +130,17 @@ def test_name_round_trip():
 def test_knob_grid_lists_cluster_splits_up_to_the_k_tiles():
     c = cfg()
     assert knob_grid(c.name, 128, 256, 64) == [Knobs(splits=1)]
-    assert knob_grid(c.name, 64, 256, 4096) == [Knobs(splits=s) for s in (1, 2, 3, 4, 6, 8)]
-    assert knob_grid(c.name, 64, 256, 200) == [Knobs(splits=s) for s in (1, 2, 3, 4)]  # 4 K tiles, the last partial
+    assert knob_grid(c.name, 64, 256, 4096) == [Knobs(splits=s) for s in (1, 2, 4, 8, 16)]
+    assert knob_grid(c.name, 64, 256, 200) == [Knobs(splits=s) for s in (1, 2, 4)]  # 4 K tiles, the last partial
     assert all(s.splits in tiny.KNOB_SPACE["splits"] for s in knob_grid(c.name, 1, 1, 1 << 20))
 
 
 def test_space_points_round_trip_and_check():
     c = cfg(layout="nn")
-    point = space.point_of(c, Knobs(splits=8))
-    assert space.parse_point(point) == (c, Knobs(splits=8))
-    assert space.check(c, Knobs(splits=8), 90) == (True, "")
-    assert not space.check(c, Knobs(splits=9), 90)[0]
+    point = space.point_of(c, Knobs(splits=16))
+    assert space.parse_point(point) == (c, Knobs(splits=16))
+    assert space.check(c, Knobs(splits=16), 90) == (True, "")
+    assert not space.check(c, Knobs(splits=17), 90)[0]
     assert not space.check(c, Knobs(swizzle=1), 90)[0]
 
 
@@ -126,7 +151,8 @@ def test_default_set_per_dtype_and_layout():
         for layout in ("nt", "nn"):
             mine = [c for c in configs if (c.dtype, c.layout) == (dtype, layout)]
             assert 1 <= len(mine) <= 4
-            assert {tiny.warp_grid(c)[2] for c in mine} != {1}, "some default splits K over warps"
+            assert {tiny.warp_layout(c).k for c in mine} != {1}, "some default splits K over warps"
+            assert (16, 16) in {tuple(tiny.warp_layout(c))[3:] for c in mine}, "some default has 16x16 warp tiles"
     assert all(tiny.feasible(c, arch)[0] for c in configs for arch in (80, 90))
     listed = set(codegen.DEFAULT_SET_FILE.read_text().split())
     assert {c.name for c in configs} <= listed
@@ -138,9 +164,31 @@ def test_generated_sources_match_render():
         assert path.exists() and path.read_text() == codegen.render(c), f"regenerate {path}"
 
 
+def test_warp_layout_matches_the_template(tmp_path, kernel_toolchain):
+    """The template's constexpr warp_layout (tiny_kernel.cuh) gives the Python layout for every feasible tile and warp
+    count: static_asserts compiled by nvcc (no kernel instantiated)."""
+    checks = []
+    for c in feasible_grid():
+        w = tiny.warp_layout(c)
+        checks.append(f"static_assert(same(warp_layout({c.tile_m}, {c.tile_n}, {c.tile_k}, {c.warps}), "
+                      f"{w.m}, {w.n}, {w.k}, {w.tile_m}, {w.tile_n}), \"{c.name}\");")
+    src = tmp_path / "layouts.cu"
+    src.write_text('#include "cudal2/tiny_kernel.cuh"\nusing cudal2::tiny::WarpLayout;\n'
+                   "using cudal2::tiny::warp_layout;\n"
+                   "constexpr bool same(WarpLayout w, int m, int n, int k, int tm, int tn) {\n"
+                   "  return w.m == m && w.n == n && w.k == k && w.tile_m == tm && w.tile_n == tn;\n}\n"
+                   + "\n".join(checks) + "\n")
+    cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-arch=sm_90", "-c", str(src), "-o",
+           str(tmp_path / "layouts.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert len(checks) > 100 and proc.returncode == 0, proc.stderr[-4000:]
+
+
 @pytest.mark.parametrize("overrides", [
-    dict(dtype="fp16", layout="nt", tile_m=32, tile_n=64, tile_k=64, stages=4, warps=8),
-    dict(dtype="bf16", layout="nn", tile_m=64, tile_n=128, tile_k=64, stages=3, warps=16),
+    dict(dtype="fp16", layout="nt", tile_m=32, tile_n=32, tile_k=64, stages=5, warps=16),    # 16x16 warps, 4 K groups
+    dict(dtype="bf16", layout="nn", tile_m=32, tile_n=64, tile_k=64, stages=5, warps=16),    # 32x16 warps
+    dict(dtype="fp16", layout="nn", tile_m=128, tile_n=128, tile_k=32, stages=4, warps=16),  # 32x32, no K group
+    dict(dtype="bf16", layout="nt", tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1),    # 32 chunks per thread
 ])
 def test_instances_compile_for_sm80_and_sm90_without_spills(tmp_path, kernel_toolchain, overrides):
     """The library's flags for the sm80 folder (sm_80 and sm_90 code): no error, no spill, registers within the

@@ -4,12 +4,15 @@ The library is $CUDAL2_TEST_KERNEL_LIB (e.g. python -m build_tools.kernel_lib --
 the one the build installed (cudal2_ops/libcudal2_kernels.so); a GPU run with neither fails. Problems are checked
 with the correctness harness (cudal2_testing.correctness: randn against the fp32 reference within the baseline's
 error, exact integers, NaN-poisoned output and 64 KiB guards, determinism, the caller's stream, CUDA-graph capture)
-at every `splits` value: on sm_90 splits 2..8 reduce K in a thread-block cluster, before sm_90 every value runs
-unsplit. Every tiny kernel of the library is tested; beyond the default set, these variants cover a one-warp tile
-with warps_k 2 and tile_k 32, 4 x 1 warp tiles with tile_k 128, warps_k 8, and a pipeline smaller than the cluster's
-fp32 tile: tiny_fp16_nn_32x32x32_s2_w2 tiny_bf16_nt_128x32x128_s2_w8 tiny_fp16_nt_64x32x128_s2_w16
-tiny_fp16_nn_128x128x32_s2_w16 (python -m cudal2_catalog.codegen --names ..., then build them with the defaults).
-Timing is the sweep's job (python -m search.sweep).
+at every `splits` value: on sm_90 splits 2..16 reduce K in a thread-block cluster (above 8 with the non-portable
+cluster size, clamped to 8 where the device cannot co-schedule 16), before sm_90 every value runs unsplit. Every
+tiny kernel of the library is tested; beyond the default set, these variants cover each warp layout the family
+derives (16x16 tile with 8 K groups, 16x32 warp tiles, 4x2 warps of 16x16 with 2 K groups, 32x16 warp tiles with
+tile_m 128, one warp storing from registers, 2x4 warps of 32x32 storing from registers, a resident 8-stage K range):
+tiny_fp16_nn_16x16x128_s2_w8 tiny_bf16_nt_16x64x64_s3_w8 tiny_fp16_nn_64x32x32_s5_w16 tiny_bf16_nn_128x16x64_s2_w16
+tiny_fp16_nt_32x32x32_s3_w1 tiny_bf16_nt_64x128x128_s2_w8 tiny_fp16_nt_32x32x64_s8_w16 (python -m
+cudal2_catalog.codegen --names ..., then build them with the defaults). Timing is the sweep's job (python -m
+search.sweep).
 """
 from __future__ import annotations
 
@@ -28,10 +31,10 @@ DTYPES = (torch.float16, torch.bfloat16)
 TINY_SHAPES = [(128, 256, 64), (512, 128, 64), (2048, 64, 64)]
 LONG_K_SHAPES = [(64, 256, 4096), (128, 64, 8192), (128, 1024, 16384), (256, 1024, 8192)]
 # Residues in M and N against every tile, K a multiple of 8 but not of the K tile, a single row and column.
-ODD_SHAPES = [(1, 1, 8), (7, 65, 1000), (33, 97, 136), (65, 1000, 8), (129, 31, 4104), (97, 200, 520)]
+ODD_SHAPES = [(1, 1, 8), (7, 65, 1000), (33, 97, 136), (65, 1000, 8), (129, 31, 4104), (97, 200, 520), (17, 23, 24)]
 # The harness checks a kernel can pass: "layouts" breaks 16-byte alignment on purpose, which the family refuses.
 CHECKS = ("random", "exact", "exact_small_k", "guards", "determinism", "stream", "graph")
-SPLITS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 64)  # 64: clamped to 8
+SPLITS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 64)  # 64: clamped to 16 (8 where 16 cannot be co-scheduled)
 STATUS_UNSUPPORTED = 1
 
 
@@ -83,9 +86,10 @@ def test_issue_shapes_pass_the_harness(kernels, layout, dtype, with_bias):
 
 @pytest.mark.parametrize("splits", SPLITS)
 def test_every_split_count_passes_the_harness(kernels, splits):
-    """Each cluster size (and the clamp above 8) on a long-K problem and on odd shapes, with bias."""
+    """Each cluster size (and the clamp above 16) on a long-K problem and on odd shapes, with bias: fewer valid rows
+    than split CTAs (5 rows over up to 16 owners), M and N residues, K not a multiple of the K tile."""
     for kernel in kernels.values():
-        shapes = [(64, 256, 4096), (67, 136, 4104)] + ([(33, 97, 1000)] if kernel.layout == "nt" else [])
+        shapes = [(64, 256, 4096), (67, 136, 4104), (5, 40, 4096)] + ([(33, 97, 1000)] if kernel.layout == "nt" else [])
         assert_checks_pass(kernel, shapes, True, splits, checks=("random", "exact", "guards", "determinism"))
 
 
@@ -93,13 +97,13 @@ def test_every_split_count_passes_the_harness(kernels, splits):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_odd_shapes_with_padded_rows(kernels, layout, dtype):
     """Any M and N, K % 8 == 0: leading dimensions padded to 8 with NaN in the padding (never read), output padding
-    columns untouched, bias fused, at splits 0, 1 and 3."""
+    columns untouched, bias fused, at splits 0, 1, 3 and 16."""
     for kernel in of(kernels, dtype, layout):
         for m, n, k in ODD_SHAPES:
             a, b, bias = random_inputs((m, n, k), layout, dtype, True, m * n + k, "cuda")
             a, b = padded(*a.shape, dtype, a), padded(*b.shape, dtype, b)
             ref = reference(a, b, layout, bias)
-            for splits in (0, 1, 3):
+            for splits in (0, 1, 3, 16):
                 out = padded(m, n, dtype, torch.zeros(m, n, dtype=dtype, device="cuda"))
                 out.fill_(float("nan"))
                 kernel.run(a, b, bias, out=out, splits=splits)
@@ -110,7 +114,7 @@ def test_odd_shapes_with_padded_rows(kernels, layout, dtype):
                 assert beyond.isnan().all(), f"{kernel.name} {m}x{n}x{k}: wrote past N"
 
 
-@pytest.mark.parametrize("splits", [0, 1, 4, 8])
+@pytest.mark.parametrize("splits", [0, 1, 3, 4, 8, 12, 16])
 def test_exact_integers_with_integer_bias(kernels, splits):
     """0/1 operands with sums above 2048 and an integer bias: dtype(exact) bit for bit (a K tile summed twice or
     missed, or a bias added per split, changes the result)."""
@@ -162,7 +166,7 @@ def test_rejects_unsupported(kernels):
             kernel.run(*refused[0][:2])
 
 
-@pytest.mark.parametrize("splits", [1, 4, 8])
+@pytest.mark.parametrize("splits", [1, 4, 8, 16])
 def test_programmatic_launch_sees_preceding_writes(kernels, splits):
     """Enqueued back to back without syncs (programmatic dependent launch on sm_90), every GEMM sees what the kernel
     just before it wrote: a copy kernel overwrites the weight before the first GEMM, and the second GEMM reads the

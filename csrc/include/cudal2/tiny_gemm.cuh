@@ -1,21 +1,24 @@
 // Host side of the tiny GEMM family: the kernel C ABI (can_implement, workspace_size, launch) of one instantiation of
 // tiny_gemm_kernel, and the export macro used by generated `kernels/sm80/tiny_*.cu` files.
 //
-// Runtime knobs: `splits` = CTAs splitting K per output tile, reduced inside a thread-block cluster (1..8, sm_90+;
-// larger requests are clamped to 8 and to the number of K tiles, then rebalanced so that no part is empty; 0 =
-// automatic: enough parts to fill the SMs when every part keeps at least kMinSplitK of K, else 1). Before sm_90 there
-// is no cluster and K is split only across the warps of the CTA (warps_k, compile time). `swizzle` and `raster` are
+// Runtime knobs: `splits` = CTAs splitting K per output tile, reduced inside a thread-block cluster (sm_90+: 1..16,
+// above 8 with the non-portable cluster attribute where the device co-schedules such a cluster of this kernel, else
+// at most 8; larger requests are clamped, and to the number of K tiles, then rebalanced so that no part is empty; 0 =
+// automatic: enough parts to fill the SMs while every part keeps at least kMinSplitK of K). Before sm_90 there is no
+// cluster and K is split only across the warps of the CTA (warps_k, compile time). `swizzle` and `raster` are
 // ignored. Never a workspace, never a second kernel. On sm_90 the GEMM launches with programmatic dependent launch
-// (unless CUDAL2_DISABLE_PDL=1).
+// (unless CUDAL2_DISABLE_PDL=1). Function attributes and the cluster capacity are set and queried once per device.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): K % 8 == 0; A and B 16-byte aligned with
 // lda, ldb multiples of 8 elements; M below 65536 tiles; the device grants the CTA's shared memory. Any M and N; D and
 // bias have no alignment requirement.
 #ifndef CUDAL2_TINY_GEMM_CUH_
 #define CUDAL2_TINY_GEMM_CUH_
 
+#include <atomic>
 #include <climits>
 #include <type_traits>
 
+#include "cudal2/device_caps.h"
 #include "cudal2/kernel_export.h"
 #include "cudal2/launch.cuh"
 #include "cudal2/tiny_kernel.cuh"
@@ -23,8 +26,37 @@
 namespace cudal2 {
 namespace tiny {
 
-// Least K per split part of the automatic choice: shorter parts cost more in the cluster reduction than they save.
-constexpr int kMinSplitK = 256;
+// Least K per split part of the automatic choice: shorter parts save less math than the cluster exchange costs.
+constexpr int kMinSplitK = 128;
+
+// How many clusters of `size` CTAs of `kernel` (`threads` threads and `smem` bytes of dynamic shared memory per CTA)
+// the current device runs at once; 0 when none fits or the query is refused.
+template <class Kernel>
+int active_clusters(Kernel* kernel, int size, int threads, int smem) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = static_cast<unsigned>(size);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(1, 1, size);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kernel), &config) != cudaSuccess) {
+    cudaGetLastError();  // a refused query is not the caller's error
+    return 0;
+  }
+  return clusters;
+}
+
+// What a kernel may launch on one device: the largest split count one cluster of it may have (16 where such a
+// cluster fits, else 8, else 1; 1 before sm_90) and how many clusters of 16 run at once (0 when none).
+struct ClusterLimits {
+  int max_splits, concurrent_16;
+};
 
 template <class T, class Tr>
 struct TinyGemm {
@@ -44,21 +76,57 @@ struct TinyGemm {
     return Tr::kSmemBytes <= current_device_smem_optin() ? CUDAL2_OK : CUDAL2_UNSUPPORTED;
   }
 
-  // Split parts for `p` (see the header comment): 1 without a cluster-capable device.
-  static int splits(const cudal2_problem* p) {
+  // Prepares the kernel on the current device once (opt-in shared memory; on sm_90 the non-portable cluster
+  // attribute) and returns its ClusterLimits there; max_splits is 0 when the shared-memory attribute cannot be set.
+  static ClusterLimits prepare_device() {
+    static std::atomic<int> prepared[kMaxCachedDevices];  // 1 + max_splits + 64 * concurrent_16; 0 = not yet
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return {0, 0};
+    const bool cacheable = device >= 0 && device < kMaxCachedDevices;
+    if (cacheable) {
+      const int known = prepared[device].load(std::memory_order_acquire);
+      if (known != 0) return {(known - 1) % 64, (known - 1) / 64};
+    }
+    auto* kernel = tiny_gemm_kernel<T, Tr>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes) != cudaSuccess) {
+      cudaGetLastError();  // the launch reports the failure; leave no error behind for the caller's next check
+      return {0, 0};
+    }
+    ClusterLimits limits{1, 0};
+    if (current_device_major() >= 9) {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+        limits.concurrent_16 = active_clusters(kernel, kMaxSplits, Tr::kThreads, Tr::kSmemBytes);
+      } else {
+        cudaGetLastError();  // a refused attribute is not the caller's error
+      }
+      if (limits.concurrent_16 > 0) {
+        limits.max_splits = kMaxSplits;
+      } else if (active_clusters(kernel, kMaxClusterSplits, Tr::kThreads, Tr::kSmemBytes) > 0) {
+        limits.max_splits = kMaxClusterSplits;
+      }
+    }
+    if (cacheable) {
+      prepared[device].store(1 + limits.max_splits + 64 * limits.concurrent_16, std::memory_order_release);
+    }
+    return limits;
+  }
+
+  // Split parts for `p` (see the header comment) within `limits` (prepare_device()): the automatic choice takes
+  // clusters of more than 8 only when all of the problem's tiles' clusters run at once.
+  static int splits(const cudal2_problem* p, const ClusterLimits& limits) {
     const int k_tiles = ceil_div(static_cast<int>(p->k), Tr::kTileK);
-    int s = p->splits;
+    long long s = p->splits;
+    int cap = limits.max_splits;
     if (s <= 0) {
       const long long tiles = static_cast<long long>(ceil_div(static_cast<int>(p->n), Tr::kTileN)) *
                               ceil_div(static_cast<int>(p->m), Tr::kTileM);
       const int sms = p->sm_count > 0 ? p->sm_count : current_device_sm_count();
-      const long long fill = max_int(1, sms) / tiles;
-      s = static_cast<int>(fill < kMaxClusterSplits ? fill : kMaxClusterSplits);
-      s = min_int(s, static_cast<int>(p->k / kMinSplitK));
+      s = max_int(1, sms) / tiles;
+      if (s > p->k / kMinSplitK) s = p->k / kMinSplitK;
+      if (tiles > limits.concurrent_16) cap = min_int(cap, kMaxClusterSplits);
     }
-    s = max_int(1, min_int(min_int(s, kMaxClusterSplits), k_tiles));
-    if (!cluster_splitk_available(s)) return 1;
-    return ceil_div(k_tiles, ceil_div(k_tiles, s));
+    const int clamped = max_int(1, min_int(min_int(static_cast<int>(s < INT_MAX ? s : INT_MAX), cap), k_tiles));
+    return ceil_div(k_tiles, ceil_div(k_tiles, clamped));
   }
 
   // The family never needs a workspace.
@@ -68,7 +136,9 @@ struct TinyGemm {
   static cudal2_status launch(const cudal2_problem* p) {
     const cudal2_status ok = can_implement(p);
     if (ok != CUDAL2_OK) return ok;
-    const int s = splits(p);
+    const ClusterLimits limits = prepare_device();
+    if (limits.max_splits == 0) return CUDAL2_LAUNCH_FAILED;
+    const int s = splits(p, limits);
     Params<T> args;
     args.a = static_cast<const T*>(p->a);
     args.b = static_cast<const T*>(p->b);
@@ -83,7 +153,6 @@ struct TinyGemm {
     args.splits = s;
     args.tiles_per_split = ceil_div(ceil_div(args.k, Tr::kTileK), s);
 
-    if (allow_dynamic_smem<tiny_gemm_kernel<T, Tr>>(Tr::kSmemBytes) != cudaSuccess) return CUDAL2_LAUNCH_FAILED;
     LaunchSpec spec{dim3(ceil_div(args.n, Tr::kTileN), ceil_div(args.m, Tr::kTileM), s), dim3(Tr::kThreads),
                     Tr::kSmemBytes};
     if (s > 1) spec.cluster = dim3(1, 1, s);

@@ -2,24 +2,59 @@
 // and long K with a small M x N).
 //
 // Grid (n tiles, m tiles, splits): each CTA owns one kTileM x kTileN output tile and one K range. A and B tiles
-// stream through a kStages-deep cp.async pipeline in shared memory (padded rows: conflict-free ldmatrix); the whole
-// prologue is issued at once. Warps split the CTA tile as kWarpsM x kWarpsN warp tiles of 32 x 32 (mma.sync
-// m16n8k16, fp32 accumulation) times kWarpsK groups that share the k16 steps of every K tile; the groups' partial sums
-// are added in a fixed order through shared memory. With several splits (sm_90), the split CTAs of a tile form a
-// thread-block cluster and sum their fp32 partial tiles in rank order over distributed shared memory
-// (cluster_splitk.cuh). Results go from registers (or the cluster sum) straight to global memory: no workspace, no
+// stream through a kStages-deep cp.async pipeline in shared memory (padded rows: conflict-free ldmatrix); the first
+// kStages - 1 K tiles are requested at once, so a K range of at most kStages - 1 tiles costs one memory round trip.
+// The warps form kWarpsM x kWarpsN warp tiles of kWarpTileM x kWarpTileN outputs (16 or 32 each; mma.sync
+// m16n8k16, fp32 accumulation) times kWarpsK groups that share the k16 steps of every K tile (warp_layout below:
+// K first, so that small tiles use many warps, each with a few mma per K tile). Partial sums meet in a receive buffer
+// in shared memory, past the pipeline: every warp group writes its partial tile there (with several splits on sm_90
+// the split CTAs of a tile form a thread-block cluster, and each CTA writes the rows another CTA owns straight into
+// that CTA's buffer), one barrier, then each CTA sums the rows it owns over the sources in a fixed order and stores
+// them. With one warp group and no split, results go from registers straight to global memory. No workspace, no
 // second kernel, bitwise deterministic.
 #ifndef CUDAL2_TINY_KERNEL_CUH_
 #define CUDAL2_TINY_KERNEL_CUH_
 
+#include "cudal2/cluster_exchange.cuh"
 #include "cudal2/cluster_splitk.cuh"
 #include "cudal2/cp_async_pipeline.cuh"
 #include "cudal2/int_math.cuh"
 #include "cudal2/mma_sync_ptx.cuh"
-#include "cudal2/warp_group_reduce.cuh"
 
 namespace cudal2 {
 namespace tiny {
+
+// Largest split count: the cluster size with the non-portable attribute on sm_90 (the host falls back to 8, or 1,
+// when the device cannot co-schedule such a cluster of this kernel).
+constexpr int kMaxSplits = kMaxNonPortableClusterSize;
+
+// How the warps of a CTA cover its tile: kWarpsM x kWarpsN warp tiles of m x n outputs times `k` groups along K.
+struct WarpLayout {
+  int m, n, k;                // warps along M, N and K
+  int tile_m, tile_n;         // outputs per warp
+};
+
+// The layout of `warps` warps over a tile_m x tile_n x tile_k CTA tile (all powers of two): warp tiles start at
+// min(32, tile) per side; the K groups take as many warps as the tile's k16 steps allow; warps left over halve the
+// larger warp-tile side (N on a tie) down to 16. The family's Python model (families/tiny.py) mirrors it; a layout
+// whose warps do not fit comes out with m * n * k != warps (Traits rejects it).
+__host__ __device__ constexpr WarpLayout warp_layout(int tile_m, int tile_n, int tile_k, int warps) {
+  WarpLayout w{0, 0, 0, min_int(32, tile_m), min_int(32, tile_n)};
+  const int covering = (tile_m / w.tile_m) * (tile_n / w.tile_n);
+  w.k = max_int(1, min_int(warps / covering, tile_k / 16));
+  for (int left = warps / (covering * w.k); left > 1; left /= 2) {
+    if (w.tile_n >= w.tile_m && w.tile_n > 16) {
+      w.tile_n /= 2;
+    } else if (w.tile_m > 16) {
+      w.tile_m /= 2;
+    } else {
+      break;
+    }
+  }
+  w.m = tile_m / w.tile_m;
+  w.n = tile_n / w.tile_n;
+  return w;
+}
 
 // Compile-time shape of one instantiation; shared by the kernel and its host launcher.
 template <bool kNT_, int kTileM_, int kTileN_, int kTileK_, int kStages_, int kWarps_>
@@ -27,13 +62,12 @@ struct Traits {
   static constexpr bool kNT = kNT_;
   static constexpr int kTileM = kTileM_, kTileN = kTileN_, kTileK = kTileK_, kStages = kStages_;
   static constexpr int kWarps = kWarps_, kThreads = kWarps * 32;
-  static constexpr int kWarpTile = 32;                       // each warp computes 32 x 32 outputs
-  static constexpr int kWarpsM = kTileM / kWarpTile, kWarpsN = kTileN / kWarpTile;
-  static constexpr int kWarpsMN = kWarpsM * kWarpsN;         // warps covering the CTA tile once
-  static constexpr int kWarpsK = kWarps / kWarpsMN;          // groups of them splitting each K tile
-  static constexpr int kMmaM = kWarpTile / 16, kMmaN = kWarpTile / 8;  // m16 x n8 mma tiles per warp
-  static constexpr int kAccPerThread = kMmaM * kMmaN * 4;
-  static constexpr int kKSteps = kTileK / 16;                // k16 steps per K tile
+  static constexpr WarpLayout kLayout = warp_layout(kTileM, kTileN, kTileK, kWarps);
+  static constexpr int kWarpsM = kLayout.m, kWarpsN = kLayout.n, kWarpsK = kLayout.k;
+  static constexpr int kWarpTileM = kLayout.tile_m, kWarpTileN = kLayout.tile_n;
+  static constexpr int kWarpsMN = kWarpsM * kWarpsN;                         // warps covering the CTA tile once
+  static constexpr int kMmaM = kWarpTileM / 16, kMmaN = kWarpTileN / 8;      // m16 x n8 mma tiles per warp
+  static constexpr int kKSteps = kTileK / 16;                                // k16 steps per K tile
   // Shared-memory tiles: A as [kTileM][kTileK], B as [kTileN][kTileK] (NT) or [kTileK][kTileN] (NN); each row
   // padded by 16 bytes so that the 8 row addresses of an ldmatrix hit distinct bank groups.
   static constexpr int kAPitch = kTileK + 8;
@@ -42,13 +76,16 @@ struct Traits {
   static constexpr int kBPitch = kBCols + 8;
   static constexpr int kStageElems = kTileM * kAPitch + kBRows * kBPitch;
   static constexpr int kPipeBytes = kStages * kStageElems * 2;
-  static constexpr int kReduceBytes = warp_group_scratch_bytes<kAccPerThread, kWarpsK, kWarpsMN>();
-  static constexpr int kClusterTileBytes = kTileM * kTileN * 4;  // fp32 partial tile [kTileM][kTileN]
-  static constexpr int kSmemBytes = max_int(max_int(kPipeBytes, kReduceBytes), kClusterTileBytes);
+  // Receive buffer (fp32): kWarpsK sources per split, each ceil(kTileM / splits) owned rows per CTA, so at most
+  // kWarpsK * (kTileM + kMaxSplits - 1) rows of kTileN + 8 floats (the pad spreads the 8 rows of an mma C fragment
+  // over distinct banks).
+  static constexpr int kRecvPitch = kTileN + 8;
+  static constexpr int kRecvBytes = kWarpsK * (kTileM + kMaxSplits - 1) * kRecvPitch * 4;
+  static constexpr int kSmemBytes = kPipeBytes + kRecvBytes;
 
-  static_assert(kTileM % kWarpTile == 0 && kTileN % kWarpTile == 0, "tile_m and tile_n must be multiples of 32");
+  static_assert(kTileM % 16 == 0 && kTileN % 16 == 0, "tile_m and tile_n must be multiples of 16");
   static_assert(kTileK % 16 == 0, "tile_k must be a multiple of 16");
-  static_assert(kWarpsK >= 1 && kWarps == kWarpsK * kWarpsMN, "warps must be a multiple of (tile_m/32)*(tile_n/32)");
+  static_assert(kWarpsMN * kWarpsK == kWarps, "warps must fill warp tiles of 16..32 x 16..32 times K groups");
   static_assert(kKSteps % kWarpsK == 0, "warps along K must divide tile_k/16");
   static_assert(kStages >= 2, "the pipeline needs at least 2 stages");
 };
@@ -101,7 +138,8 @@ __device__ __forceinline__ void load_tile(const Params<T>& p, T* stage_smem, int
   }
 }
 
-// Register fragments of one k16 step: the warp's 32 rows of A (two m16 tiles) and 32 columns of B (four n8 tiles).
+// Register fragments of one k16 step: the warp's kWarpTileM rows of A (m16 tiles) and kWarpTileN columns of B (n8
+// tiles).
 template <class Tr>
 struct Fragments {
   uint32_t a[Tr::kMmaM][4];
@@ -114,13 +152,13 @@ __device__ __forceinline__ void load_fragments(Fragments<Tr>& f, const T* stage_
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int mi = 0; mi < Tr::kMmaM; ++mi) {  // matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15)
-    const int r = wm * Tr::kWarpTile + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks + (lane >> 4) * 8;
+    const int r = wm * Tr::kWarpTileM + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks + (lane >> 4) * 8;
     ldmatrix_x4(f.a[mi], smem_addr(stage_smem + r * Tr::kAPitch + c));
   }
   const T* b_smem = stage_smem + Tr::kTileM * Tr::kAPitch;
 #pragma unroll
   for (int nj = 0; nj < Tr::kMmaN / 2; ++nj) {  // two n8 tiles per ldmatrix_x4: (n 0-7 | 8-15) x (k 0-7 | 8-15)
-    const int n = wn * Tr::kWarpTile + nj * 16;
+    const int n = wn * Tr::kWarpTileN + nj * 16;
     uint32_t r[4];
     if (Tr::kNT) {  // B stored [n][k]
       ldmatrix_x4(r, smem_addr(b_smem + (n + (lane & 7) + (lane >> 4) * 8) * Tr::kBPitch + ks + ((lane >> 3) & 1) * 8));
@@ -162,11 +200,11 @@ __device__ __forceinline__ void for_each_pair(const float (&acc)[Tr::kMmaM][Tr::
 #pragma unroll
   for (int mi = 0; mi < Tr::kMmaM; ++mi) {
 #pragma unroll
-    for (int ni = 0; ni < Tr::kMmaN; ++ni) {
+    for (int h = 0; h < 2; ++h) {
+      const int row = wm * Tr::kWarpTileM + mi * 16 + g + h * 8;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = wm * Tr::kWarpTile + mi * 16 + g + h * 8, col = wn * Tr::kWarpTile + ni * 8 + 2 * q;
-        f(row, col, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+      for (int ni = 0; ni < Tr::kMmaN; ++ni) {
+        f(row, wn * Tr::kWarpTileN + ni * 8 + 2 * q, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
       }
     }
   }
@@ -192,10 +230,78 @@ __device__ __forceinline__ void store_pair(const Params<T>& p, int m, int n, flo
   }
 }
 
+// Who reduces what: the split CTAs of a tile (cluster ranks 0..splits-1) own its rows round robin (row r belongs to
+// rank r % splits, as owned row r / splits), and each CTA's receive buffer holds, for every source (split rank,
+// warp group) in that order, its ceil(kTileM / splits) owned rows of kRecvPitch floats.
+struct Ownership {
+  int splits, rank, rows_per_owner;
+};
+
+// Writes this warp group's partial tile into the receive buffers of the rows' owners (remote shared memory when
+// split over a cluster) and waits until every source's partials have landed. `recv` is this CTA's receive buffer
+// (the same offset in every CTA of the cluster).
+template <class Tr>
+__device__ __forceinline__ void exchange_partials(const float (&acc)[Tr::kMmaM][Tr::kMmaN][4], float* recv,
+                                                  const Ownership& own, int wm, int wn, int wk) {
+  float* slot = recv + (own.rank * Tr::kWarpsK + wk) * own.rows_per_owner * Tr::kRecvPitch;
+  if (own.splits == 1) {
+    for_each_pair<Tr>(acc, wm, wn, [&](int r, int c, float v0, float v1) {
+      *reinterpret_cast<float2*>(slot + r * Tr::kRecvPitch + c) = make_float2(v0, v1);
+    });
+    __syncthreads();
+    return;
+  }
+  cluster_wait();  // every CTA of the cluster arrived at kernel start: its shared memory exists
+  for_each_pair<Tr>(acc, wm, wn, [&](int r, int c, float v0, float v1) {
+    store_cluster_f2(slot + (r / own.splits) * Tr::kRecvPitch + c, static_cast<uint32_t>(r % own.splits), v0, v1);
+  });
+  cluster_sync();
+}
+
+// Sums, for each row this CTA owns and each 4-column chunk, the partials of every source in source order (exact
+// fp32 adds in a fixed order: deterministic) and stores them with the bias.
+template <class T, class Tr>
+__device__ __forceinline__ void reduce_owned_rows(const Params<T>& p, const float* recv, const Ownership& own, int m0,
+                                                  int n0) {
+  constexpr int kChunks = Tr::kTileN / 4;
+  constexpr int kBatch = 8;  // source loads in flight per thread
+  const int valid_rows = min_int(Tr::kTileM, p.m - m0);
+  const int my_rows = own.rank < valid_rows ? ceil_div(valid_rows - own.rank, own.splits) : 0;
+  const int sources = own.splits * Tr::kWarpsK;
+  const int source_stride = own.rows_per_owner * Tr::kRecvPitch;
+  for (int item = threadIdx.x; item < my_rows * kChunks; item += Tr::kThreads) {
+    const int owned_row = item / kChunks, col = (item % kChunks) * 4;
+    const float* src = recv + owned_row * Tr::kRecvPitch + col;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < sources; s0 += kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {  // all loads first, then the adds in source order
+        v[j] = s0 + j < sources ? *reinterpret_cast<const float4*>(src + (s0 + j) * source_stride)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (s0 + j < sources) {
+          sum.x += v[j].x;
+          sum.y += v[j].y;
+          sum.z += v[j].z;
+          sum.w += v[j].w;
+        }
+      }
+    }
+    const int row = m0 + owned_row * own.splits + own.rank;
+    store_pair(p, row, n0 + col, sum.x, sum.y);
+    store_pair(p, row, n0 + col + 2, sum.z, sum.w);
+  }
+}
+
 template <class T, class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) tiny_gemm_kernel(const Params<T> p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem = reinterpret_cast<T*>(smem_raw);
+  const bool clustered = p.splits > 1;
+  if (clustered) cluster_arrive_relaxed();  // its wait, before the first remote store, proves the cluster started
   const int warp = threadIdx.x >> 5, wmn = warp % Tr::kWarpsMN, wk = warp / Tr::kWarpsMN;
   const int wm = wmn / Tr::kWarpsN, wn = wmn % Tr::kWarpsN;
   const int n0 = blockIdx.x * Tr::kTileN, m0 = blockIdx.y * Tr::kTileM;
@@ -209,27 +315,15 @@ __global__ void __launch_bounds__(Tr::kThreads) tiny_gemm_kernel(const Params<T>
   run_cp_async_pipeline<Tr::kStages>(
       num_tiles, [&](int stage, int t) { load_tile<T, Tr>(p, smem + stage * Tr::kStageElems, m0, n0, tile_begin + t); },
       [&](int stage) { mma_tile<T, Tr>(smem + stage * Tr::kStageElems, acc, wm, wn, wk); });
-  if (Tr::kWarpsK > 1 || p.splits > 1) {
-    cp_async_wait<0>();
-    __syncthreads();  // the pipeline buffers are reused as reduction scratch
-  }
-  reduce_warp_groups<Tr::kAccPerThread, Tr::kWarpsK, Tr::kWarpsMN>(&acc[0][0][0], reinterpret_cast<float*>(smem_raw),
-                                                                   wmn, wk);
-  if (p.splits == 1) {
-    if (wk == 0) for_each_pair<Tr>(acc, wm, wn, [&](int r, int c, float v0, float v1) { store_pair(p, m0 + r, n0 + c, v0, v1); });
+  if (Tr::kWarpsK == 1 && !clustered) {
+    for_each_pair<Tr>(acc, wm, wn, [&](int r, int c, float v0, float v1) { store_pair(p, m0 + r, n0 + c, v0, v1); });
     return;
   }
-  float* tile = reinterpret_cast<float*>(smem_raw);  // [kTileM][kTileN] fp32 partial of this CTA's K range
-  if (Tr::kWarpsK > 1) __syncthreads();             // the warp-group scratch has been read
-  if (wk == 0) {
-    for_each_pair<Tr>(acc, wm, wn, [&](int r, int c, float v0, float v1) {
-      *reinterpret_cast<float2*>(tile + r * Tr::kTileN + c) = make_float2(v0, v1);
-    });
-  }
-  cluster_reduce_tile<Tr::kTileN>(tile, min_int(Tr::kTileM, p.m - m0), p.splits, [&](int r, int c, float4 sum) {
-    store_pair(p, m0 + r, n0 + c, sum.x, sum.y);
-    store_pair(p, m0 + r, n0 + c + 2, sum.z, sum.w);
-  });
+  // The receive buffer lies past the pipeline stages: nothing to wait for before writing it.
+  float* recv = reinterpret_cast<float*>(smem_raw + Tr::kPipeBytes);
+  const Ownership own{p.splits, clustered ? static_cast<int>(cluster_rank()) : 0, ceil_div(Tr::kTileM, p.splits)};
+  exchange_partials<Tr>(acc, recv, own, wm, wn, wk);
+  reduce_owned_rows<T, Tr>(p, recv, own, m0, n0);
 }
 
 }  // namespace tiny
