@@ -74,7 +74,7 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b, const std::opti
   out["n"] = g.n;
   out["k"] = g.k;
   const Decision d = Dispatcher::instance().decide(g);
-  out["reason"] = d.reason;
+  out["reason"] = d.tuned_m >= 0 ? c10::str(d.reason, ": M=", d.tuned_m) : std::string(d.reason);
   if (d.tuned_m >= 0) out["tuned_m"] = d.tuned_m;
   if (d.path == Path::kKernel) {
     out["path"] = "kernel";
@@ -99,12 +99,25 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b, const std::opti
   return out;
 }
 
+// The rules of a table header; `lt_scope` (rules.nearest_m_cublaslt) names the M classes the nearest-M cuBLASLt rule
+// serves, as cudal2_ops.tables.LT_RULE_SCOPES does.
+TableRules table_rules(bool nearest_m_up, const std::string& lt_scope) {
+  TableRules rules;
+  rules.nearest_m_up = nearest_m_up;
+  rules.nearest_m_cublaslt_aligned = lt_scope == "aligned_m" || lt_scope == "all";
+  rules.nearest_m_cublaslt_unaligned = lt_scope == "unaligned_m" || lt_scope == "all";
+  TORCH_CHECK(lt_scope == "off" || rules.nearest_m_cublaslt_aligned || rules.nearest_m_cublaslt_unaligned,
+              "set_table: nearest_m_cublaslt must be 'off', 'unaligned_m', 'aligned_m' or 'all', got '", lt_scope, "'");
+  return rules;
+}
+
 // rows: (layout, dtype, m, n, k, kernel name or "" for none, splits, swizzle, raster, cuBLASLt configuration fields
 // or [] for none). Returns the names of kernels not loaded (their rows keep only their cuBLASLt configuration).
 using TableRow = std::tuple<std::string, std::string, int64_t, int64_t, int64_t, std::string, int, int, int,
                             std::vector<int64_t>>;
 std::vector<std::string> set_table(int device, const std::vector<TableRow>& rows, bool nearest_m_up,
-                                   bool nearest_m_cublaslt) {
+                                   const std::string& nearest_m_cublaslt) {
+  const TableRules rules = table_rules(nearest_m_up, nearest_m_cublaslt);
   std::vector<std::pair<ShapeKey, TableEntry>> entries;
   std::vector<std::string> missing;
   for (const auto& [layout, dtype, m, n, k, name, splits, swizzle, raster, lt] : rows) {
@@ -126,7 +139,7 @@ std::vector<std::string> set_table(int device, const std::vector<TableRow>& rows
     if (e.kernel == nullptr && !e.has_lt) continue;
     entries.push_back({ShapeKey{parse_layout(layout), dtype == "bf16" ? CUDAL2_BF16 : CUDAL2_FP16, m, n, k}, e});
   }
-  Dispatcher::instance().set_table(device, entries, TableRules{nearest_m_up, nearest_m_cublaslt});
+  Dispatcher::instance().set_table(device, entries, rules);
   return missing;
 }
 
@@ -199,7 +212,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("kernel_libraries", [] { return KernelRegistry::instance().libraries(); });
   m.def("kernel_info", &kernel_info);
   m.def("set_table", &set_table, pybind11::arg("device"), pybind11::arg("rows"), pybind11::arg("nearest_m_up"),
-        pybind11::arg("nearest_m_cublaslt"), "Installs a device's table; returns the kernel names that are not loaded.");
+        pybind11::arg("nearest_m_cublaslt"),
+        "Installs a device's table with its rules (nearest_m_cublaslt: 'off', 'unaligned_m', 'aligned_m' or 'all'); "
+        "returns the kernel names that are not loaded.");
   m.def("set_table_loader", [](pybind11::function loader) {
     // The dispatcher is never destroyed, so the Python callable it holds is never released after finalisation.
     auto* held = new pybind11::function(std::move(loader));

@@ -180,7 +180,8 @@ void Dispatcher::apply_rules(const DeviceTable& t, const GemmArgs& g, int cc, in
       }
     }
   }
-  if (!t.rules.nearest_m_cublaslt) return;
+  const bool aligned = g.m % kMAlignment == 0;
+  if (!(aligned ? t.rules.nearest_m_cublaslt_aligned : t.rules.nearest_m_cublaslt_unaligned)) return;
   auto fam = t.lt_tuned_m.find(family);
   if (fam == t.lt_tuned_m.end()) return;
   // The tuned M nearest g.m on a log scale (a tie goes to the larger M).
@@ -198,7 +199,8 @@ void Dispatcher::apply_rules(const DeviceTable& t, const GemmArgs& g, int cc, in
   d.entry = TableEntry{};
   d.entry.has_lt = true;
   d.entry.lt = e.lt;
-  d.reason = "table: cuBLASLt configuration of the nearest tuned M";
+  d.reason = aligned ? "table rule nearest_m_cublaslt (aligned M): cuBLASLt configuration of the nearest tuned M"
+                    : "table rule nearest_m_cublaslt (unaligned M): cuBLASLt configuration of the nearest tuned M";
   d.tuned_m = nearest;
 }
 

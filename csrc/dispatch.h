@@ -26,10 +26,17 @@ struct TableEntry {
   LtConfig lt;
 };
 
+// Misses are split by M's alignment (cudal2_ops.tables.M_ALIGNMENT): cuBLASLt's heuristic choice for M % 8 != 0 is
+// of another kind, so the nearest-M cuBLASLt rule is measured and enabled per class.
+constexpr int64_t kMAlignment = 8;
+
 // Rules for problems the table does not list, enabled per table by measurements (the table header's "rules").
 struct TableRules {
-  bool nearest_m_up = false;        // a kernel entry of the smallest tuned M' >= M with the same (layout, dtype, N, K)
-  bool nearest_m_cublaslt = false;  // the cuBLASLt configuration of the tuned M' nearest M (log scale), same N, K
+  bool nearest_m_up = false;  // a kernel entry of the smallest tuned M' >= M with the same (layout, dtype, N, K)
+  // The cuBLASLt configuration of the tuned M' nearest M (log scale) with the same (layout, dtype, N, K), for misses
+  // whose M is aligned (M % kMAlignment == 0) / unaligned.
+  bool nearest_m_cublaslt_aligned = false;
+  bool nearest_m_cublaslt_unaligned = false;
 };
 
 enum class Path { kKernel, kCublasLt };

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,13 @@ LAYOUTS, DTYPES = ("nn", "nt"), ("fp16", "bf16")
 # against its own, csrc/cublaslt_config.cpp, when a table is installed).
 LT_CONFIG_FIELDS = ("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
                     "cluster_shape")
+# Off-grid problems split by M's alignment: cuBLASLt's heuristic choice differs in kind when M % M_ALIGNMENT != 0 (the
+# dispatcher's kMAlignment, csrc/dispatch.h), so the nearest-M cuBLASLt rule is validated and enabled per class.
+M_ALIGNMENT = 8
+M_CLASSES = ("aligned_m", "unaligned_m")
+# The header's rules.nearest_m_cublaslt: which M classes the rule serves (old headers hold true / false).
+LT_RULE_SCOPES = {"off": (), "unaligned_m": ("unaligned_m",), "aligned_m": ("aligned_m",),
+                  "all": ("aligned_m", "unaligned_m")}
 PACKAGE_TABLES = Path(__file__).resolve().parent / "tables"
 REPO_TABLES = Path(__file__).resolve().parent.parent / "kernels"  # editable installs and source checkouts
 
@@ -63,6 +71,32 @@ class Problem:
     def key(self) -> str:
         """The problem's table key (`entry_key`)."""
         return entry_key(self.layout, self.dtype, self.m, self.n, self.k)
+
+
+def m_class(m: int) -> str:
+    """The off-grid class of a problem's M: "aligned_m" (M % M_ALIGNMENT == 0) or "unaligned_m"."""
+    return "aligned_m" if m % M_ALIGNMENT == 0 else "unaligned_m"
+
+
+def lt_rule_scope(classes: Iterable[str]) -> str:
+    """The LT_RULE_SCOPES name that enables the nearest-M cuBLASLt rule for exactly `classes` (M_CLASSES names)."""
+    wanted = set(classes)
+    unknown = wanted - set(M_CLASSES)
+    if unknown:
+        raise ValueError(f"unknown M classes {sorted(unknown)}; expected some of {M_CLASSES}")
+    return next(name for name, scope in LT_RULE_SCOPES.items() if set(scope) == wanted)
+
+
+def header_lt_rule_scope(header: dict) -> str:
+    """The header's rules.nearest_m_cublaslt as an LT_RULE_SCOPES name ("off" when absent; old headers' true / false
+    read as "all" / "off"); ValueError for anything else."""
+    value = header.get("rules", {}).get("nearest_m_cublaslt", "off")
+    if isinstance(value, bool):
+        return "all" if value else "off"
+    if value not in LT_RULE_SCOPES:
+        raise ValueError(f"rules.nearest_m_cublaslt is {value!r}; expected one of {list(LT_RULE_SCOPES)} "
+                         f"(or true / false)")
+    return value
 
 
 def parse_key(key: str) -> tuple[str, str, int, int, int]:
@@ -108,9 +142,10 @@ class Table:
         return bool(self.header.get("rules", {}).get("nearest_m_up", False))
 
     @property
-    def nearest_m_cublaslt(self) -> bool:
-        """Whether measurements validated the nearest-tuned-M rule for cuBLASLt configurations on misses."""
-        return bool(self.header.get("rules", {}).get("nearest_m_cublaslt", False))
+    def nearest_m_cublaslt(self) -> str:
+        """For which M classes measurements validated the nearest-tuned-M rule for cuBLASLt configurations on misses
+        (an LT_RULE_SCOPES name)."""
+        return header_lt_rule_scope(self.header)
 
 
 def header_problems(header: dict, facts: DeviceFacts) -> list[str]:
@@ -160,6 +195,7 @@ def read_table(path: Path) -> Table:
         raise ValueError(f"{path}: a table needs 'header' and 'entries'")
     for key in data["entries"]:
         parse_key(key)
+    header_lt_rule_scope(data["header"])
     return Table(Path(path), data["header"], data["entries"])
 
 

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+import cudal2_ops
 from cudal2_ops import tables
 
 FACTS = tables.DeviceFacts("NVIDIA H100 80GB HBM3", 132, (9, 0), "13.0")
@@ -144,3 +145,41 @@ def test_tuned_table_default_location_follows_the_gpu(monkeypatch, tmp_path):
     monkeypatch.delenv("CUDAL2_TUNED_TABLE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert tables.tuned_table_file(FACTS) == tmp_path / "cudal2" / "tables" / "sm90" / "nvidia_h100_80gb_hbm3.json"
+
+
+@pytest.mark.parametrize("value,scope", [*((name, name) for name in tables.LT_RULE_SCOPES), (True, "all"),
+                                         (False, "off"), (None, "off")])
+def test_the_cublaslt_rule_scope_round_trips_through_the_header(tmp_path, monkeypatch, value, scope):
+    """rules.nearest_m_cublaslt names the M classes the nearest-M cuBLASLt rule serves; old headers' true / false
+    read as "all" / "off", a header without it as "off"."""
+    rules = {"nearest_m_up": False} if value is None else {"nearest_m_up": False, "nearest_m_cublaslt": value}
+    monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(rules=rules), {})))
+    monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
+    assert tables.load_table_for(FACTS).nearest_m_cublaslt == scope
+
+
+def test_an_unknown_cublaslt_rule_scope_is_rejected_with_a_warning(tmp_path, monkeypatch):
+    rules = {"nearest_m_cublaslt": "odd_m"}
+    monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(rules=rules), {})))
+    with pytest.warns(RuntimeWarning, match="nearest_m_cublaslt is 'odd_m'"):
+        assert tables.load_table_for(FACTS) is None
+
+
+def test_m_classes_and_the_scope_of_each_set_of_classes():
+    assert tables.m_class(tables.M_ALIGNMENT * 3) == "aligned_m"
+    assert tables.m_class(tables.M_ALIGNMENT * 3 + 1) == tables.m_class(1) == "unaligned_m"
+    for name, classes in tables.LT_RULE_SCOPES.items():
+        assert tables.lt_rule_scope(classes) == name
+    with pytest.raises(ValueError, match="unknown M classes"):
+        tables.lt_rule_scope(["odd_m"])
+
+
+@pytest.mark.skipif(not cudal2_ops.is_compiled(), reason="compiled extension not built")
+def test_the_extension_takes_every_cublaslt_rule_scope_and_names_a_bad_one():
+    from cudal2_ops._extension import _C
+
+    unused_device = 63  # the dispatcher's last device slot: installing an empty table there changes no decision
+    for scope in tables.LT_RULE_SCOPES:
+        assert _C.set_table(unused_device, [], False, scope) == []
+    with pytest.raises(RuntimeError, match="nearest_m_cublaslt must be"):
+        _C.set_table(unused_device, [], False, "odd_m")
