@@ -131,25 +131,36 @@ def common_flags() -> list[str]:
             "-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "--use_fast_math"]
 
 
-FAMILY_HEADER_PREFIXES = ("sm90_", "sm80_", "decode_", "tiny_")
+INCLUDE_LINE = re.compile(r'^\s*#\s*include\s*["<](cudal2/[^">]+)[">]', re.MULTILINE)
 
 
-@functools.lru_cache(maxsize=None)
-def headers_digest(prefix: str | None) -> str:
-    """Hash of the repository headers a kernel whose headers start with `prefix` may include: its family's headers
-    plus every header no family owns (abi.h, kernel_export.h, ...). Editing one family leaves the others cached."""
+def repo_includes(path: Path) -> tuple[Path, ...]:
+    """The repository headers (`cudal2/...` under INCLUDE_DIR) that the file at `path` names in an #include line,
+    whether or not a preprocessor condition would skip it (so the set can only be too large, never too small)."""
+    found = (INCLUDE_DIR / name for name in INCLUDE_LINE.findall(path.read_text(errors="replace")))
+    return tuple(sorted(p for p in found if p.is_file()))
+
+
+def included_headers(source: Path) -> list[Path]:
+    """Every repository header `source` includes, directly or through other repository headers."""
+    seen: set[Path] = set()
+    todo = list(repo_includes(source))
+    while todo:
+        header = todo.pop()
+        if header not in seen:
+            seen.add(header)
+            todo.extend(repo_includes(header))
+    return sorted(seen)
+
+
+def headers_digest(source: Path) -> str:
+    """Hash of the repository headers `source` includes (names and contents): editing a header changes the key of
+    exactly the kernels that include it, and adding one changes none."""
     h = hashlib.sha256()
-    for path in sorted(INCLUDE_DIR.rglob("*")):
-        owner = next((p for p in FAMILY_HEADER_PREFIXES if path.name.startswith(p)), None)
-        if path.is_file() and owner in (None, prefix):
-            h.update(path.relative_to(INCLUDE_DIR).as_posix().encode())
-            h.update(path.read_bytes())
+    for path in included_headers(source):
+        h.update(path.relative_to(INCLUDE_DIR).as_posix().encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
-
-
-def header_prefix(source: Path) -> str | None:
-    """The family header prefix of a kernel source (`sm90_tma_ws_fp16_...` -> "sm90_"), None if unknown."""
-    return next((p for p in FAMILY_HEADER_PREFIXES if source.stem.startswith(p)), None)
 
 
 def object_key(source: Path, flags: list[str]) -> str:
@@ -161,8 +172,8 @@ def object_key(source: Path, flags: list[str]) -> str:
     h = hashlib.sha256()
     portable_flags = [f for f in flags if not f.startswith("-I")]
     cutlass = os.environ.get("CUTLASS_DIR", CUTLASS_PIN)
-    for part in (source.read_bytes(), headers_digest(header_prefix(source)).encode(), cutlass.encode(), " ".join(portable_flags).encode(),
-                 nvcc_version().encode()):
+    for part in (source.read_bytes(), headers_digest(source).encode(), cutlass.encode(),
+                 " ".join(portable_flags).encode(), nvcc_version().encode()):
         h.update(part)
         h.update(b"\0")
     return h.hexdigest()[:24]

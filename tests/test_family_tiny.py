@@ -24,7 +24,6 @@ def test_registered_as_an_sm80_folder_family():
     assert "tiny" in FAMILIES and ARCH_DIR["tiny"] == "sm80"
     assert "tiny" in space.families_for(80) and "tiny" in space.families_for(90)
     assert "tiny" not in space.families_for(100)
-    assert "tiny_" in kernel_lib.FAMILY_HEADER_PREFIXES
 
 
 @pytest.mark.parametrize("overrides, reason", [

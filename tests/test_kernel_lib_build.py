@@ -45,22 +45,22 @@ def test_default_jobs_honours_max_jobs(monkeypatch):
     assert kernel_lib.default_jobs() == 3
 
 
-def test_object_key_ignores_other_families_headers(tmp_path, monkeypatch):
+def test_object_key_follows_the_headers_a_source_includes(tmp_path, monkeypatch):
+    """A kernel's key changes with the repository headers it includes (directly or through another header) and with
+    nothing else in the include folder: a new header, or an edit of one it does not include, keeps it cached."""
     inc = tmp_path / "include" / "cudal2"
     inc.mkdir(parents=True)
     (inc / "abi.h").write_text("abi")
-    (inc / "sm80_x.cuh").write_text("v1")
-    (inc / "decode_y.cuh").write_text("v1")
+    (inc / "gemm.cuh").write_text('#include <stdint.h>\n#include "cudal2/abi.h"\n')
+    (inc / "other.cuh").write_text("v1")
     monkeypatch.setattr(kernel_lib, "INCLUDE_DIR", tmp_path / "include")
     monkeypatch.setattr(kernel_lib, "nvcc_version", lambda: "nvcc")
-    kernel_lib.headers_digest.cache_clear()
     src = tmp_path / "sm80_cute_fp16_nt_64x64x64_s3_w4.cu"
-    src.write_text("kernel")
+    src.write_text('#include "cudal2/gemm.cuh"\nKERNEL()\n')
+    assert kernel_lib.included_headers(src) == [inc / "abi.h", inc / "gemm.cuh"]
     before = kernel_lib.object_key(src, ["-O3", "-I/somewhere"])
-    (inc / "decode_y.cuh").write_text("v2")
-    kernel_lib.headers_digest.cache_clear()
+    (inc / "other.cuh").write_text("v2")
+    (inc / "new_shared.cuh").write_text("new")
     assert kernel_lib.object_key(src, ["-O3", "-I/elsewhere"]) == before  # include paths are not part of the key
-    (inc / "sm80_x.cuh").write_text("v2")
-    kernel_lib.headers_digest.cache_clear()
+    (inc / "abi.h").write_text("abi v2")                                   # included through gemm.cuh
     assert kernel_lib.object_key(src, ["-O3"]) != before
-    kernel_lib.headers_digest.cache_clear()
