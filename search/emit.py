@@ -80,8 +80,10 @@ def merge_into(existing: dict, table: dict, measured: list[Measured]) -> dict:
     kept = {key: entry for key, entry in existing["entries"].items() if key not in table["entries"] and
             (entry.get("kernel"), Knobs.from_dict(entry)) not in tried.get(key, set())}
     header = {**new, "kept_from": {"search_run": old.get("search_run"), "entries": len(kept)}}
-    header["rules"] = {"nearest_m_up": bool(new["rules"]["nearest_m_up"] and old.get("rules", {}).get(
-        "nearest_m_up", False))}
+    # The kernel rule holds only if it held for both; the older table's other rules (the cuBLASLt configurations'
+    # off-grid rule, validated on those configurations, which are kept) stay as they were.
+    header["rules"] = {**old.get("rules", {}), "nearest_m_up": bool(new["rules"]["nearest_m_up"] and old.get(
+        "rules", {}).get("nearest_m_up", False))}
     return {"header": header, "entries": dict(sorted({**kept, **table["entries"]}.items()))}
 
 

@@ -84,7 +84,8 @@ TUNED = {"nvidia_h100_80gb_hbm3": ["tune_grid_g1000_fp16_2026-11-25.json.gz", "t
 def test_emit_merge_keeps_what_the_measurements_do_not_contradict():
     """Against an older table of the same GPU: a new winner replaces its entry; an older kernel entry measured again
     (same kernel and knobs) without winning goes; cuBLASLt-configuration entries and unmeasured problems stay."""
-    existing = {"header": {**ENV, "search_run": "old", "rules": {"nearest_m_up": False}},
+    existing = {"header": {**ENV, "search_run": "old", "rules": {"nearest_m_up": False,
+                                                                 "nearest_m_cublaslt": "unaligned_m"}},
                 "entries": {"nt_fp16_1_64_64": {"kernel": "old_k"},
                             "nt_fp16_2_64_64": {"kernel": "lost", "splits": 2},
                             "nt_fp16_4_64_64": {"cublaslt": [1, 2, 3]},
@@ -96,6 +97,7 @@ def test_emit_merge_keeps_what_the_measurements_do_not_contradict():
     assert {key: e.get("kernel", "cublaslt") for key, e in merged["entries"].items()} == {
         "nt_fp16_1_64_64": "new_k", "nt_fp16_4_64_64": "cublaslt", "nt_fp16_8_64_64": "unmeasured"}
     assert merged["header"]["kept_from"] == {"search_run": "old", "entries": 2}
+    assert merged["header"]["rules"] == {"nearest_m_up": False, "nearest_m_cublaslt": "unaligned_m"}
 
 
 def test_committed_tables_are_reproduced_from_their_results(tmp_path):
