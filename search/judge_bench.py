@@ -66,7 +66,7 @@ def timed_pass(pool: EvaluatorPool, work: list) -> tuple[float, list]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m search.judge_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--per-problem", type=int, default=6, help="installed kernels per problem (default 6)")
     parser.add_argument("--json", type=Path, help="also write the figures and verdicts here")
     args = parser.parse_args()
