@@ -183,6 +183,77 @@ def test_warp_layout_matches_the_template(tmp_path, kernel_toolchain):
     assert len(checks) > 100 and proc.returncode == 0, proc.stderr[-4000:]
 
 
+def test_smem_model_matches_the_template(tmp_path, kernel_toolchain):
+    """Traits::kSmemBytes (pipeline stages, then the receive buffer sized for 16 splits) equals smem_bytes() for
+    every feasible tile and warp count, both layouts, 2 and 8 stages: feasible() and can_implement agree."""
+    configs = [dataclasses.replace(c, layout=layout, stages=stages) for c in feasible_grid()
+               for layout in ("nt", "nn") for stages in (2, tiny.MAX_STAGES)]
+    checks = [f"static_assert(Traits<{'true' if c.layout == 'nt' else 'false'}, {c.tile_m}, {c.tile_n}, {c.tile_k}, "
+              f"{c.stages}, {c.warps}>::kSmemBytes == {tiny.smem_bytes(c)}, \"{c.name}\");" for c in configs]
+    src = tmp_path / "smem.cu"
+    src.write_text('#include "cudal2/tiny_kernel.cuh"\nusing cudal2::tiny::Traits;\n' + "\n".join(checks) + "\n")
+    cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-arch=sm_90", "-c", str(src), "-o",
+           str(tmp_path / "smem.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert len(checks) > 400 and proc.returncode == 0, proc.stderr[-4000:]
+
+
+SPLIT_RULE_PROGRAM = r"""
+#include <climits>
+#include <cstdio>
+#include "cudal2/tiny_gemm.cuh"
+
+template <class Gemm, int kTileM, int kTileN, int kTileK>
+int check(const char* name) {
+  const int sizes[] = {1, 17, 64, 1000, 5000};
+  const int depths[] = {8, 64, 136, 1000, 4104, 16384, 100000};
+  const int requests[] = {-1, 0, 1, 2, 3, 5, 7, 8, 9, 12, 15, 16, 17, 64, INT_MAX};
+  const cudal2::tiny::ClusterLimits limits[] = {{1, 0}, {8, 0}, {16, 0}, {16, 4}, {16, 1000}};
+  for (int m : sizes) for (int n : sizes) for (int k : depths) for (int r : requests) for (auto lim : limits) {
+    cudal2_problem p{};
+    p.m = m; p.n = n; p.k = k; p.splits = r; p.sm_count = 132;
+    const int s = Gemm::splits(&p, lim);
+    const int k_tiles = (k + kTileK - 1) / kTileK;
+    const long long tiles = static_cast<long long>((m + kTileM - 1) / kTileM) * ((n + kTileN - 1) / kTileN);
+    const int per_split = (k_tiles + s - 1) / s;
+    bool ok = s >= 1 && s <= lim.max_splits && s <= k_tiles && (s - 1) * per_split < k_tiles;  // no empty part
+    if (r > 0) ok = ok && s <= r;
+    if (r <= 0) {  // automatic: parts of >= kMinSplitK, no more CTAs than SMs, > 8 only when all clusters fit
+      ok = ok && (s == 1 || (s <= k / cudal2::tiny::kMinSplitK && s * tiles <= 132));
+      ok = ok && (s <= cudal2::kMaxClusterSplits || tiles <= lim.concurrent_16);
+    }
+    if (!ok) {
+      std::printf("FAIL %s m=%d n=%d k=%d splits=%d limits=(%d,%d): %d\n", name, m, n, k, r, lim.max_splits,
+                  lim.concurrent_16, s);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int main() {
+  using Small = cudal2::tiny::TinyGemm<__half, cudal2::tiny::Traits<true, 32, 32, 64, 5, 16>>;
+  using Wide = cudal2::tiny::TinyGemm<__nv_bfloat16, cudal2::tiny::Traits<false, 128, 128, 32, 4, 16>>;
+  if (check<Small, 32, 32, 64>("32x32x64") || check<Wide, 128, 128, 32>("128x128x32")) return 1;
+  std::printf("OK\n");
+  return 0;
+}
+"""
+
+
+def test_split_rule_of_the_launcher(tmp_path, kernel_toolchain):
+    """TinyGemm::splits (host code, run here without a GPU: sm_count and the cluster limits are given): within the
+    device's cluster limit and the K tiles, never more than asked, no empty K part after the rebalance, and the
+    automatic choice keeps kMinSplitK per part, at most one CTA per SM, above 8 only when every cluster fits."""
+    src, exe = tmp_path / "split_rule.cu", tmp_path / "split_rule"
+    src.write_text(SPLIT_RULE_PROGRAM)
+    cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-arch=sm_90", str(src), "-o", str(exe)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("overrides", [
     dict(dtype="fp16", layout="nt", tile_m=32, tile_n=32, tile_k=64, stages=5, warps=16),    # 16x16 warps, 4 K groups
     dict(dtype="bf16", layout="nn", tile_m=32, tile_n=64, tile_k=64, stages=5, warps=16),    # 32x16 warps

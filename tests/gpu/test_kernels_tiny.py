@@ -16,6 +16,10 @@ search.sweep).
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -188,3 +192,47 @@ def test_programmatic_launch_sees_preceding_writes(kernels, splits):
         for i, out in enumerate(outs):
             wt = weights[i % 2].float().t()
             assert torch.equal(out.float(), (a.float() @ wt) @ wt), f"{kernel.name} splits={splits}: call {i} differs"
+
+
+# Run in a fresh process: the first launch of each tiny kernel there happens inside a CUDA-graph capture, so its
+# once-per-device preparation (shared-memory attribute, non-portable cluster attribute, cluster occupancy queries)
+# runs while the stream captures. Exits non-zero with a message on the first kernel that fails.
+FIRST_LAUNCH_IN_CAPTURE = r"""
+import sys
+import torch
+from cudal2_testing.correctness import reference
+from cudal2_testing.correctness.reference import REL_TOL
+from cudal2_testing.kernel_library import KernelLibrary
+
+m, n, k = 64, 256, 4096
+for name, kernel in sorted(KernelLibrary(sys.argv[1]).runnable_on().items()):
+    if kernel.family != "tiny":
+        continue
+    a = torch.randn(m, k, dtype=kernel.dtype, device="cuda")
+    b = torch.randn(*((n, k) if kernel.layout == "nt" else (k, n)), dtype=kernel.dtype, device="cuda")
+    out = torch.full((m, n), float("nan"), dtype=kernel.dtype, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            kernel.run(a, b, out=out, splits=16)
+    except Exception as exc:
+        sys.exit(f"{name}: first launch inside a capture failed: {exc}")
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = reference(a, b, kernel.layout)
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    if not err <= REL_TOL[kernel.dtype]:
+        sys.exit(f"{name}: replay of the captured first launch: rel error {err:.2e}")
+    print(name, "ok")
+"""
+
+
+def test_first_launch_inside_a_graph_capture(kernels):
+    """A kernel whose very first launch in the process is captured into a CUDA graph (no eager warm-up: the harness's
+    graph check warms up first) captures, and its replay is right: the once-per-device preparation is legal while
+    the stream captures and leaves no error behind."""
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", FIRST_LAUNCH_IN_CAPTURE, library_under_test()], cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert proc.stdout.count(" ok") == len(kernels), proc.stdout[-4000:]
