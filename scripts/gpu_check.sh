@@ -22,7 +22,10 @@
 # tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, NN/NT, $TUNE_DTYPES, into
 # OUT_DIR/<gpu_slug>.json), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
-# cuBLASLt-autotune, PDL off).
+# cuBLASLt-autotune, PDL off). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
+# problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
+# judge-bench (python -m search.judge_bench: the judge's evaluations per minute and its verdicts on the kernels an
+# earlier judge flagged wrongly, then the judge's GPU tests).
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
 set -uo pipefail
@@ -143,6 +146,14 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                  CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage bench_tuned_llm "$PY" -m benchmarks.grid \
                    --shapes llm --layouts nt,nn --dtypes fp16,bf16 --modes kernel \
                    --impls cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn --out "$OUT_DIR/llm_kernel.json" ;;
+    tiny) CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage tiny_tests "$PY" -m pytest -q -m gpu \
+            tests/gpu/test_kernels_tiny.py --no-header -rfE
+          CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage sweep_tiny "$PY" -m search.sweep --max-log2-mnk 26 --sample 0 \
+            --llm-max-m 0 --out "$OUT_DIR/sweep_tiny.json" --budget-s "${SWEEP_BUDGET_S:-120}" ;;
+    judge-bench) stage judge_bench "$PY" -m search.judge_bench --json "$OUT_DIR/judge_bench.json"
+                 stage judge_tests "$PY" -m pytest -q -m gpu tests/gpu/test_search_judge_recheck_gpu.py \
+                   tests/gpu/test_search_cheats_gpu.py tests/gpu/test_search_evaluator_gpu.py \
+                   tests/gpu/test_search_throughput_gpu.py --no-header -rfE ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }
