@@ -93,3 +93,32 @@ def test_fastest_retimes_the_heuristic_choice_in_interleaved_rounds(monkeypatch)
     fresh = [tune.Timed(9.0, config=[0]), tune.Timed(4.0, config=[1]), tune.Timed(4.5, config=[2])]
     assert [c.config[0] for c in tune.fastest(fresh, run, retime=2)] == [1, 2, 0]   # without `always`: dropped
     assert 0 not in calls
+
+
+def test_a_heuristic_choice_that_fails_the_check_is_neither_chosen_nor_recorded_as_faster(monkeypatch):
+    """The heuristic's configuration (candidate 0) is the fastest but writes wrong results: the entry holds the fastest
+    correct configuration and no heuristic time below it (the loader would otherwise skip the entry for the heuristic)."""
+    import types
+
+    from cudal2_ops import _extension
+
+    times = {0: 2.0, 1: 3.0, 2: 4.0}
+    fake_c = types.SimpleNamespace(tuning=types.SimpleNamespace(lt_candidates=lambda *a: [[0] * 9, [1] * 9, [2] * 9]))
+    monkeypatch.setattr(_extension, "_C", fake_c)
+    monkeypatch.setattr(tune, "graph_time_us", lambda fn, target_us=150.0, replays=5: times[fn()])
+
+    class FakeRun:
+        a = b = out = None
+        last = None
+
+        def run_config(self, config):
+            FakeRun.last = config[0]
+            return config[0]
+
+        def correct(self, run):
+            return run() != 0
+
+    monkeypatch.setattr(tune.ProblemRun, "make", classmethod(lambda cls, problem, seed=0: FakeRun()))
+    entry = tune.tune_problem(Problem("nt", "fp16", 64, 64, 64), [], tune.DEFAULT_MARGIN)
+    assert entry["cublaslt"]["algo_id"] == 1 and entry["cublaslt_us"] == 3.0
+    assert "cublaslt_heuristic_us" not in entry
