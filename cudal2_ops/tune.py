@@ -201,8 +201,8 @@ def tune_problem(problem: Problem, kernels: list[tuple[str, Knobs]], margin: flo
     best = next((c for c in ranked if run.correct(lambda c=c: run.run_config(c.config))), None)
     if best is None:
         return {}
-    # The heuristic's choice is a finalist, re-timed like the chosen one; faster than the chosen one only when it failed
-    # the reference check, and then its time is left out (a loader would otherwise prefer it: tables.slower_than_heuristic).
+    # The heuristic's choice is a finalist, re-timed like the chosen one; faster than the chosen one only when it
+    # failed the reference check, and then its time is left out (the loader would prefer it: slower_than_heuristic).
     heuristic_us = heuristic.us if heuristic is not None and heuristic.us >= best.us else None
     entry = {"cublaslt": dict(zip(tables.LT_CONFIG_FIELDS, best.config)), "cublaslt_us": round(best.us, 3),
              "baseline": "cublaslt-autotune", "baseline_us": round(best.us, 3), "provenance": "tune"}
