@@ -2,8 +2,8 @@
 handles, plans and tuning: nothing a baseline does reaches cudal2's dispatcher).
 
 - heuristic: cuBLASLt's top heuristic algorithm (32 MiB workspace).
-- autotune: every heuristic candidate (up to 100) timed by CUDA-graph replay, the fastest few re-timed, the fastest
-  kept per problem (the same selection `python -m cudal2_ops.tune` makes for cudal2's tables, so the bar is as strong
+- autotune: every heuristic candidate (up to 100) timed by CUDA-graph replay, the fastest few and the heuristic's
+  choice re-timed in interleaved rounds, the fastest kept per problem (the same selection `python -m cudal2_ops.tune` makes for cudal2's tables, so the bar is as strong
   as what cudal2 ships). Selected on the first call of a problem, which must not be inside a CUDA-graph capture.
 """
 from __future__ import annotations
@@ -38,7 +38,8 @@ class AutotunedLt:
         if not timed:
             raise RuntimeError(f"cuBLASLt-autotune: no candidate runs a {list(a.shape)} x {list(b.shape)} "
                                f"({self.layout}) problem")
-        return tune.fastest(timed, lambda c: run(c.config))[0].config
+        heuristic = next((t for t in timed if t.config == configs[0]), None)
+        return tune.fastest(timed, lambda c: run(c.config), always=heuristic)[0].config
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         key = self.key(a, b)
