@@ -10,7 +10,7 @@ pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA t
 from __future__ import annotations
 
 from cudal2_catalog.config import HgemmConfig, Knobs
-from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, ROW_PAD, render_macro, smem_limit,
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ROW_PAD, render_macro, smem_limit, space,
                                               split_knob_grid, unused_fields_problem)
 
 FAMILY = "decode"
@@ -24,22 +24,8 @@ BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: pt
 KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
 
 # Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
-SPACE: dict[str, tuple] = {
-    "dtype": tuple(ELEMENTS),
-    "layout": ("nn", "nt"),
-    "tile_m": TILE_M,
-    "tile_n": tuple(range(16, 257, 16)),
-    "tile_k": TILE_K,
-    "stages": tuple(range(2, MAX_STAGES + 1)),
-    "cluster_m": (1,),
-    "cluster_n": (1,),
-    "schedule": ("",),
-    "scheduler": ("",),
-    "warps": WARPS,
-    "swap_ab": (False,),
-    "epilogue": ("",),
-    "splitk": ("",),
-}
+SPACE: dict[str, tuple] = space(TILE_M, tuple(range(16, 257, 16)), TILE_K, tuple(range(2, MAX_STAGES + 1)),
+                                WARPS)
 # Every value of each runtime knob: splits (0 = automatic, one resident wave); swizzle and raster are ignored.
 KNOB_SPACE: dict[str, tuple] = {"splits": (0, *KNOB_SPLITS, 64), "swizzle": (0,), "raster": (0,)}
 

@@ -29,6 +29,14 @@ def unused_fields_problem(cfg: HgemmConfig, family: str) -> str:
     return ""
 
 
+def space(tile_m: tuple, tile_n: tuple, tile_k: tuple, stages: tuple, warps: tuple) -> dict[str, tuple]:
+    """Every value each HgemmConfig field can take in an mma.sync family: the given tiles, stages and warps, both
+    dtypes and layouts, and the other families' fields at their defaults."""
+    return {"dtype": tuple(ELEMENTS), "layout": ("nn", "nt"), "tile_m": tile_m, "tile_n": tile_n, "tile_k": tile_k,
+            "stages": stages, "cluster_m": (1,), "cluster_n": (1,), "schedule": ("",), "scheduler": ("",),
+            "warps": warps, "swap_ab": (False,), "epilogue": ("",), "splitk": ("",)}
+
+
 def split_knob_grid(cfg: HgemmConfig, k: int, splits: tuple[int, ...]) -> list[Knobs]:
     """Knobs(splits=s) for each of `splits` up to the number of K tiles of a depth-`k` problem."""
     return [Knobs(splits=s) for s in splits if s <= math.ceil(k / cfg.tile_k)]

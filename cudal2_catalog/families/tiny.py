@@ -35,7 +35,7 @@ import math
 from typing import NamedTuple
 
 from cudal2_catalog.config import HgemmConfig, Knobs
-from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, ROW_PAD, render_macro, smem_limit,
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ROW_PAD, render_macro, smem_limit, space,
                                               split_knob_grid, unused_fields_problem)
 
 FAMILY = "tiny"
@@ -57,22 +57,7 @@ RECV_PAD = 8                      # floats of padding per receive-buffer row (kR
 KNOB_SPLITS = (1, 2, 4, 8, 16)    # cluster split parts the sweep times (1 = none); the default 0 fills the SMs
 
 # Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
-SPACE: dict[str, tuple] = {
-    "dtype": tuple(ELEMENTS),
-    "layout": ("nn", "nt"),
-    "tile_m": TILE_MN,
-    "tile_n": TILE_MN,
-    "tile_k": TILE_K,
-    "stages": tuple(range(2, MAX_STAGES + 1)),
-    "cluster_m": (1,),
-    "cluster_n": (1,),
-    "schedule": ("",),
-    "scheduler": ("",),
-    "warps": WARPS,
-    "swap_ab": (False,),
-    "epilogue": ("",),
-    "splitk": ("",),
-}
+SPACE: dict[str, tuple] = space(TILE_MN, TILE_MN, TILE_K, tuple(range(2, MAX_STAGES + 1)), WARPS)
 # Every value of each runtime knob: splits (0 = automatic; 1..16 cluster parts on sm_90, clamped to 8 where the device
 # cannot co-schedule 16; 1 before sm_90); swizzle and raster are ignored.
 KNOB_SPACE: dict[str, tuple] = {"splits": tuple(range(MAX_SPLITS + 1)), "swizzle": (0,), "raster": (0,)}
