@@ -3,9 +3,12 @@ cudal2_testing.measure.timing the benchmarks, sweep and judge's kernel mode).
 
 `calls` back-to-back calls are captured on a side stream (after two warm-up calls there, outside the capture), the
 graph is replayed once to upload it, then `replays` replays are timed with CUDA events, queued back to back.
+`sized_replay_us` re-sizes the call count from the graph's own per-call time when an eager estimate made it too small.
 """
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Callable
 
 import torch
@@ -37,3 +40,22 @@ def replay_us(call: Callable[[int], object], n_sets: int, calls: int, replays: i
         end.record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e3 / calls for s, e in events]
+
+
+def sized_replay_us(call: Callable[[int], object], n_sets: int, calls: int, replays: int, stream: torch.cuda.Stream,
+                    target_us: float, cap: int) -> tuple[list[float], int]:
+    """`replay_us` with `calls` corrected upwards: returns the per-call times and the call count used.
+
+    `calls` comes from an eager estimate, which the host's launch overhead or a first call's one-time work (lazy
+    module loading, a first-use check) can inflate many times over; a replay far shorter than `target_us` then pays
+    the graph launch's own latency over a few calls and overstates the per-call time (seen on an H100: 4-5 us GEMMs
+    timed at 20-30 us with 3 calls per replay). So while the median replay lasts under a quarter of the target and
+    `cap` allows more calls, the count is re-sized from the graph's per-call time and the replays repeated (twice at
+    most; the count only grows, so it stays at least `n_sets`)."""
+    for attempt in range(3):
+        per_call = replay_us(call, n_sets, calls, replays, stream)
+        median = statistics.median(per_call)
+        if attempt == 2 or calls >= cap or median * calls >= target_us / 4:
+            return per_call, calls
+        calls = min(cap, max(calls + 1, math.ceil(target_us / max(median, 1e-3))))
+    raise AssertionError("unreachable")

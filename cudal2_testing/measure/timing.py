@@ -48,9 +48,11 @@ def calls_per_replay(est_ms: float, target_ms: float, cap: int, n_sets: int) -> 
 def kernel_mode(call: IndexedCall, n_sets: int, est_ms: float, *, target_ms: float = 1.0, cap: int = 256,
                 cold_cap: int = 4096, min_reps: int = 5, small_reps: int = 10) -> dict:
     """Per-call GPU time from CUDA-graph replays of R back-to-back calls rotating over `n_sets` input sets."""
-    reps_calls = calls_per_replay(est_ms, target_ms, cold_cap if n_sets > 1 else cap, n_sets)
+    limit = cold_cap if n_sets > 1 else cap
+    reps_calls = calls_per_replay(est_ms, target_ms, limit, n_sets)
     reps = min_reps if est_ms * reps_calls >= 3 * target_ms else small_reps
-    per_call_us = graph_timing.replay_us(call, n_sets, reps_calls, reps, torch.cuda.Stream())
+    per_call_us, reps_calls = graph_timing.sized_replay_us(call, n_sets, reps_calls, reps, torch.cuda.Stream(),
+                                                           target_ms * 1e3, limit)
     return {**summarize_us(per_call_us), "calls_per_replay": reps_calls}
 
 
