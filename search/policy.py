@@ -129,7 +129,7 @@ class Policy:
         dimensions and choices, unlike the log-probability)."""
         phi = features(problem)
         total = 0.0
-        for dim, value in self._choices(point_of(candidate)):
+        for dim, value in self.choices(candidate):
             logp = self.log_probabilities(dim, phi)
             total += float(logp[self.dims[dim].index(value)] - logp.max())
         return total
@@ -138,7 +138,12 @@ class Policy:
         """The log-probability that `sample(problem)` draws a config candidate's point."""
         phi = features(problem)
         return sum(float(self.log_probabilities(dim, phi)[self.dims[dim].index(value)])
-                   for dim, value in self._choices(point_of(candidate)))
+                   for dim, value in self.choices(candidate))
+
+    def choices(self, candidate: Candidate) -> list[tuple[str, Any]]:
+        """(dimension, value) of every choice a config candidate makes: its family, then its family's fields and
+        knobs."""
+        return self._choices(point_of(candidate))
 
     def _choices(self, point: dict[str, Any]) -> list[tuple[str, Any]]:
         """(dimension, value) of every choice a point makes."""
@@ -188,7 +193,7 @@ class Policy:
     def imitate_point(self, problem: Problem, candidate: Candidate, learning_rate: float) -> None:
         """One cross-entropy step of every multi-valued dimension towards a config candidate's choice for
         `problem` (`imitate` with one-hot targets)."""
-        self.imitate(problem, {dim: {value: 1.0} for dim, value in self._choices(point_of(candidate))
+        self.imitate(problem, {dim: {value: 1.0} for dim, value in self.choices(candidate)
                                if len(self.dims[dim]) > 1}, learning_rate)
 
     def _add_elite(self, key: str, reward: float, candidate_id: str) -> None:

@@ -6,7 +6,9 @@ fixed order. Measurements already made, on this GPU or another (the committed `p
 earlier search store), tell it which configs win on which shapes; `--warm-start FILE ...` replays them as policy
 targets of an offline fit (per problem, each dimension's softmax is pulled towards the choices of its measured
 candidates weighted by exp(reward / 0.05), smoothed); per-problem baselines and elites stay empty, so that the run's
-own problems start from their own measurements.
+own problems start from their own measurements. The fit speaks only for what the source measured: a choice none of
+its candidates made on any problem (a kernel newer than the source, e.g. the swap-AB kernels an older GPU's sweep
+predates) keeps the policy's prior instead of being pushed below the kernels the source measured and found slow.
 
 On the simulated benchmark (`python -m studies.budget_study`: 100 G1000 shapes, seeds 0-2, warm start from a simulated
 sweep of 100 other shapes; the calibrated arch-90 model, benchmarks/results/simulated/
@@ -27,7 +29,7 @@ from cudal2_catalog.config import Knobs
 from cudal2_ops.tables import parse_key
 from search.candidate import INCORRECT, OK, Candidate, EvalResult, Problem
 from search.errors import UserError
-from search.policy import Policy
+from search.policy import Policy, features
 from search.reward import reward
 from search.candidate_space import point_of
 from search.store import Store
@@ -37,7 +39,7 @@ Measurement = tuple[Problem, Candidate, float]  # a problem, a measured candidat
 TEMPERATURE = 0.05  # reward scale of the fit's weights: a candidate 5% slower than the best weighs e^-1 as much
 EPOCHS = 30
 FIT_RATE = 0.2
-SMOOTHING = 0.1     # share of each target spread uniformly over the dimension's values
+SMOOTHING = 0.1     # a measured value's floor in a target: this share over the number of the dimension's values
 
 
 def from_sweep(doc: dict) -> list[Measurement]:
@@ -110,26 +112,35 @@ def known_to(policy: Policy, cand: Candidate) -> bool:
     return all(point[name] in policy.dims[f"{family}.{name}"] for name in point if f"{family}.{name}" in policy.dims)
 
 
-def targets(policy: Policy, measured: list[tuple[Candidate, float]]) -> dict[str, dict]:
-    """Per dimension, the distribution over its values that weights each measured candidate of one problem by
-    exp((reward - best reward) / TEMPERATURE): the family over all candidates, a family's fields over its own."""
+def targets(policy: Policy, problem: Problem, measured: list[tuple[Candidate, float]],
+            known: dict[str, set]) -> dict[str, dict]:
+    """Per dimension, the fit's target distribution over its values for `problem`. The values of `known` (chosen by
+    some measured candidate of the source, on any problem) share the probability the policy gives them now,
+    weighting each candidate measured on this problem by exp((reward - best reward) / TEMPERATURE) (the family over
+    all candidates, a family's fields over its own), with a floor of SMOOTHING / (the dimension's values) each so
+    that the fit keeps exploring them (a known value not measured here, e.g. a kernel that declined the problem,
+    gets the floor). A value the source never measured keeps the probability the policy gives it now: no evidence,
+    no step (a kernel newer than the source's sweep is not pushed below what the sweep found slow). A dimension
+    with fewer than two known values has no contrast and no target."""
     best = max(value for _, value in measured)
     out: dict[str, dict] = collections.defaultdict(lambda: collections.defaultdict(float))
     for cand, value in measured:
         weight = math.exp((value - best) / TEMPERATURE)
-        point = point_of(cand)
-        family = point["family"]
-        out["family"][family] += weight
-        for name, choice in point.items():
-            if f"{family}.{name}" in policy.dims:
-                out[f"{family}.{name}"][choice] += weight
-    smoothed = {}
+        for dim, choice in policy.choices(cand):
+            out[dim][choice] += weight
+    phi = features(problem)
+    full = {}
     for dim, t in out.items():
         values = policy.dims[dim]
-        if len(values) > 1:  # a SMOOTHING share spread over every value keeps the fitted policy exploring
-            total = sum(t.values())
-            smoothed[dim] = {v: (1 - SMOOTHING) * t.get(v, 0.0) / total + SMOOTHING / len(values) for v in values}
-    return smoothed
+        if len(known[dim]) < 2:
+            continue
+        now = dict(zip(values, policy.probabilities(dim, phi)))
+        share = sum(now[v] for v in known[dim])
+        floor = SMOOTHING / len(values)
+        total = sum(t.values())
+        full[dim] = {v: share * ((1 - floor * len(known[dim])) * t.get(v, 0.0) / total + floor)
+                     if v in known[dim] else now[v] for v in values}
+    return full
 
 
 def warm_start(policy: Policy, measurements: list[Measurement], seed: int = 0) -> int:
@@ -143,7 +154,12 @@ def warm_start(policy: Policy, measurements: list[Measurement], seed: int = 0) -
         if known_to(policy, cand):
             by_problem[problem].append((cand, value))
             used += 1
-    fitted = [(problem, targets(policy, measured)) for problem, measured in by_problem.items()]
+    known: dict[str, set] = collections.defaultdict(set)
+    for measured in by_problem.values():
+        for cand, _ in measured:
+            for dim, choice in policy.choices(cand):
+                known[dim].add(choice)
+    fitted = [(problem, targets(policy, problem, measured, known)) for problem, measured in by_problem.items()]
     rng = random.Random(seed)
     for _ in range(EPOCHS):
         rng.shuffle(fitted)

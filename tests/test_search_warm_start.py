@@ -6,7 +6,7 @@ from search import warm_start
 from studies import budget_study
 from search.candidate import Problem
 from search.loop import RunArgs, Search
-from search.policy import Policy
+from search.policy import Policy, features
 from search.reward import FAILURE_REWARD
 from search.simulate import SimulatedBackend
 from search.store import Store
@@ -43,13 +43,20 @@ def test_the_fit_prefers_each_shapes_winners():
 
 
 def test_the_committed_h200_sweep_teaches_hopper_kernels_for_large_squares_only():
+    """Among the families the sweep measured, Hopper kernels for a large square only; the tiny family (newer than
+    the sweep: no evidence) keeps its prior probability."""
     policy = Policy(90, 0)
+    large = Problem("nt", "fp16", 4096, 4096, 4096)
+    tiny_prior = policy.top_values(large, 9)["family"]
     sweep = ROOT / "benchmarks" / "results" / "nvidia_h200" / "sweep_2026-11-23_cc51879.json"
     assert warm_start.warm_start(policy, warm_start.load([sweep])) > 10000
-    family = {m: policy.top_values(Problem("nt", "fp16", m, m, m), 1)["family"][0] for m in (64, 4096)}
-    assert family[4096][0] == "sm90_tma_ws" and family[4096][1] > 0.9
-    assert family[64][0] != "sm90_tma_ws"
-    assert max(p for _, p in policy.top_values(Problem("nt", "fp16", 4096, 4096, 4096), 9)["sm90_tma_ws.tile_m"]) < 1
+    family = {m: dict(policy.top_values(Problem("nt", "fp16", m, m, m), 9)["family"]) for m in (64, 4096)}
+    measured = {m: {f: p for f, p in family[m].items() if f != "tiny"} for m in family}
+    assert max(measured[4096], key=measured[4096].get) == "sm90_tma_ws"
+    assert measured[4096]["sm90_tma_ws"] > 0.9 * sum(measured[4096].values())
+    assert max(measured[64], key=measured[64].get) != "sm90_tma_ws"
+    assert abs(family[4096]["tiny"] - dict(tiny_prior)["tiny"]) < 0.05
+    assert max(p for _, p in policy.top_values(large, 9)["sm90_tma_ws.tile_m"]) < 1
 
 
 def test_warm_start_from_other_shapes_wins_at_four_evaluations_per_problem():
@@ -87,3 +94,20 @@ def test_budget_study_writes_its_table(tmp_path):
                               "--warm-per-problem", "4"]) == 0
     text = out.with_suffix(".md").read_text()
     assert "Simulated A100-SXM4-80GB" in text and "| rl+warm |" in text and "2 evals/problem" in text
+
+
+def test_unmeasured_choices_keep_the_prior_and_stay_above_measured_losers():
+    """The H200 sweep never measured the swap-AB kernels that win H100 decode shapes: a warm start from it must not
+    rank what it never measured below what it measured and found slow. Here one kernel at swizzle 0 (fastest) and 1
+    (25% slower); swizzles 2..16 are never measured and keep their prior probability."""
+    problem = Problem("nt", "fp16", 512, 512, 4096)
+    kernel = "sm80_cute_fp16_nt_64x64x64_s3_w4"
+    doc = sweep_doc([((problem.m, problem.n, problem.k), [(kernel, 5.0, True), (kernel, 6.25, True)])])
+    doc["rows"][0]["candidates"][1]["swizzle"] = 1
+    policy = Policy(90, 0)
+    dim = "sm80_cute.swizzle"
+    prior = dict(zip(policy.dims[dim], policy.probabilities(dim, features(problem))))
+    assert warm_start.warm_start(policy, warm_start.from_sweep(doc)) == 2
+    fitted = dict(zip(policy.dims[dim], policy.probabilities(dim, features(problem))))
+    assert fitted[0] > fitted[2] > 1.5 * fitted[1]
+    assert all(abs(fitted[v] - prior[v]) < 0.005 for v in (2, 4, 8, 16))
