@@ -35,9 +35,10 @@ def test_registered_as_an_sm80_folder_family():
     (dict(stages=9), "stages"),
     (dict(warps=3), "warps must be one of"),
     (dict(warps=0), "warps must be one of"),
-    (dict(warps=2), "2 warps do not fit a 64x64x64 tile: between 4"),          # 4 warp tiles of 32x32 at least
-    (dict(tile_m=128, tile_n=128, warps=8), "between 16 (32x32 warp tiles)"),
-    (dict(tile_m=16, tile_n=16, tile_k=32, warps=4), "and 2 (16x16 warp tiles"),  # one 16x16 tile, 2 K steps
+    (dict(warps=2), "2 warps do not fit a 64x64x64 tile: its 4 covering warps"),  # 4 warp tiles of 32x32 at least
+    (dict(tile_m=128, tile_n=128, warps=8), "its 16 covering warps"),
+    (dict(tile_m=16, tile_n=16, tile_k=32, warps=4), "times 1..2 K groups"),  # one 16x16 tile, 2 K steps
+    (dict(tile_m=32, tile_n=32, tile_k=32, warps=16), "its 4 covering warps times 1..2"),  # 4 K groups, 2 k16 steps
     (dict(tile_m=128, tile_n=128, tile_k=128, stages=6, warps=16), "shared memory"),
     (dict(cluster_n=2), "sm90_tma_ws fields"),
     (dict(schedule="coop"), "sm90_tma_ws fields"),
@@ -61,14 +62,17 @@ def test_arch_range_and_smem_limits():
 
 @pytest.mark.parametrize("overrides, layout", [
     (dict(), (2, 2, 2, 32, 32)),                                          # 4 covering warps, 2 K groups
-    (dict(tile_m=32, tile_n=32, warps=16), (2, 2, 4, 16, 16)),            # K groups first (4 k16 steps), then 16x16
-    (dict(tile_m=32, tile_n=64, warps=16), (1, 4, 4, 32, 16)),            # leftover halves N first
-    (dict(tile_m=64, tile_n=32, tile_k=32, warps=16), (4, 2, 2, 16, 16)),  # 2 K groups, then N, then M
-    (dict(tile_m=16, tile_n=64, tile_k=128, warps=16), (1, 2, 8, 16, 32)),
+    (dict(tile_m=32, tile_n=32, warps=16), (2, 2, 4, 16, 16)),            # 16x16 warp tiles, then 4 K groups
+    (dict(tile_m=32, tile_n=32, warps=4), (2, 2, 1, 16, 16)),             # M x N first: no K group
+    (dict(tile_m=32, tile_n=32, warps=2), (1, 2, 1, 32, 16)),             # N halves first on a tie
+    (dict(tile_m=32, tile_n=64, warps=16), (1, 4, 4, 32, 16)),            # N halves on a tie; at most 4 covering
+    (dict(tile_m=64, tile_n=32, tile_k=32, warps=8), (2, 2, 2, 32, 16)),  # the larger side (M) is not halved: N tie
+    (dict(tile_m=16, tile_n=64, tile_k=128, warps=16), (1, 4, 4, 16, 16)),
     (dict(tile_m=128, tile_n=32, warps=4), (4, 1, 1, 32, 32)),
+    (dict(tile_m=128, tile_n=128, warps=16), (4, 4, 1, 32, 32)),          # the tile needs 16 covering warps
     (dict(tile_m=16, tile_n=16, tile_k=128, warps=8), (1, 1, 8, 16, 16)),
 ])
-def test_warp_layout_k_groups_first(overrides, layout):
+def test_warp_layout_covering_warps_first(overrides, layout):
     assert tuple(tiny.warp_layout(cfg(**overrides))) == layout
 
 
@@ -84,23 +88,52 @@ def test_warp_layout_covers_the_tile_with_every_warp():
         layout = tiny.warp_layout(c)
         assert layout.m * layout.tile_m == c.tile_m and layout.n * layout.tile_n == c.tile_n, c.name
         assert layout.tile_m in (16, 32) and layout.tile_n in (16, 32), c.name
-        assert layout.m * layout.n * layout.k == c.warps and (c.tile_k // 16) % layout.k == 0, c.name
+        assert layout.m * layout.n * layout.k == c.warps and layout.k <= c.tile_k // 16, c.name
+        assert layout.m * layout.n <= tiny.MAX_COVERING_WARPS or (layout.tile_m, layout.tile_n) == (32, 32), c.name
 
 
 def test_smem_model():
     # stage = A [64][64+8] + B (nt: [64][64+8]) halves; receive = warps_k 2 x (64 + 15) rows x (64 + 8) floats
-    assert tiny.pipeline_bytes(cfg()) == 3 * (64 * 72 + 64 * 72) * 2
+    assert tiny.stage_bytes(cfg()) == (64 * 72 + 64 * 72) * 2
+    assert tiny.pipeline_bytes(cfg()) == 3 * tiny.stage_bytes(cfg())
     assert tiny.receive_bytes(cfg()) == 2 * 79 * 72 * 4
     assert tiny.smem_bytes(cfg()) == tiny.pipeline_bytes(cfg()) + tiny.receive_bytes(cfg())
-    nn = cfg(layout="nn", tile_n=128, tile_k=32, warps=16)  # B [32][128+8]; 2 K groups
+    nn = cfg(layout="nn", tile_n=128, tile_k=32, warps=16)  # B [32][128+8]; 4 covering warps of 32x32, 4 K groups
     assert tiny.pipeline_bytes(nn) == 3 * (64 * 40 + 32 * 136) * 2
     assert tiny.receive_bytes(nn) == 2 * 79 * 136 * 4
+    # a launch's receive buffer: none with one source, else groups x splits x ceil(tile_m / splits) rows
+    assert tiny.receive_bytes(cfg(), 1, 1) == 0
+    assert tiny.receive_bytes(cfg(), 2, 1) == 2 * 64 * 72 * 4
+    assert tiny.receive_bytes(cfg(), 1, 3) == 3 * 22 * 72 * 4
+
+
+@pytest.mark.parametrize("k, splits, plan", [
+    (64, 1, (1, 1, 1, 128, 64 * 72 * 2 * 2)),                # one K tile: one stage, no receive buffer
+    (256, 1, (4, 1, 3, 128, 3 * 64 * 72 * 2 * 2)),           # K = 256 alone: no K group; 3 stages (streamed)
+    (320, 1, (5, 2, 3, 256, 3 * 64 * 72 * 2 * 2 + 2 * 64 * 72 * 4)),  # K > 256: 2 K groups and their receive buffer
+    (4096, 16, (4, 1, 3, 128, 3 * 64 * 72 * 2 * 2 + 16 * 4 * 72 * 4)),  # splits: a receive buffer, no K group
+    (1000, 3, (6, 2, 3, 256, 3 * 64 * 72 * 2 * 2 + 2 * 3 * 22 * 72 * 4)),
+])
+def test_launch_plan(k, splits, plan):
+    assert tuple(tiny.launch_plan(cfg(), k, splits)) == plan
+
+
+def test_default_set_is_latency_first():
+    """Every default covers its tile with at most 4 warps unless the tile needs 16 (128x128), uses one stage and no
+    receive buffer on a single K tile, and adds K groups only above MAX_WARP_CHAIN_K."""
+    for c in tiny.default_configs():
+        layout = tiny.warp_layout(c)
+        assert layout.m * layout.n <= tiny.MAX_COVERING_WARPS or c.tile_m * c.tile_n >= 128 * 128, c.name
+        short = tiny.launch_plan(c, c.tile_k, 1)
+        assert (short.warp_groups, short.stages, short.smem_bytes) == (1, 1, tiny.stage_bytes(c)), c.name
+        assert tiny.launch_plan(c, tiny.MAX_WARP_CHAIN_K, 1).warp_groups == 1, c.name
+        assert tiny.launch_plan(c, 2 * tiny.MAX_WARP_CHAIN_K, 1).warp_groups == layout.k, c.name
 
 
 def test_register_estimate_and_rule(monkeypatch):
-    # 52 + accumulators of the warp tile + 5 per 16-byte cp.async chunk per thread
-    assert tiny.registers(cfg(tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1)) == 52 + 32 + 5 * 32
-    assert tiny.registers(cfg(tile_m=32, tile_n=32, warps=16)) == 52 + 8 + 5 * 1  # 16x16 warp tiles, 256 chunks
+    # 60 + accumulators of the warp tile + 5 per 16-byte cp.async chunk per covering thread
+    assert tiny.registers(cfg(tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1)) == 60 + 32 + 5 * 32
+    assert tiny.registers(cfg(tile_m=32, tile_n=32, warps=16)) == 60 + 8 + 5 * 4  # 16x16 warp tiles, 512 chunks, 128 covering threads
     assert tiny.register_cap(cfg(warps=16)) == 128 and tiny.register_cap(cfg(warps=4)) == 255
     monkeypatch.setattr(tiny, "REGISTER_FILE", 32768)  # a smaller register file: 16-warp CTAs get 64 each
     ok, why = tiny.feasible(cfg(tile_n=128, warps=16), 90)
@@ -150,7 +183,7 @@ def test_default_set_per_dtype_and_layout():
         for layout in ("nt", "nn"):
             mine = [c for c in configs if (c.dtype, c.layout) == (dtype, layout)]
             assert 1 <= len(mine) <= 4
-            assert {tiny.warp_layout(c).k for c in mine} != {1}, "some default splits K over warps"
+            assert {tiny.warp_layout(c).k for c in mine} != {1}, "some default splits long K over warps"
             assert (16, 16) in {tuple(tiny.warp_layout(c))[3:] for c in mine}, "some default has 16x16 warp tiles"
     assert all(tiny.feasible(c, arch)[0] for c in configs for arch in (80, 90))
     listed = set(codegen.DEFAULT_SET_FILE.read_text().split())
@@ -184,18 +217,26 @@ def test_warp_layout_matches_the_template(tmp_path, kernel_toolchain):
 
 
 def test_smem_model_matches_the_template(tmp_path, kernel_toolchain):
-    """Traits::kSmemBytes (pipeline stages, then the receive buffer sized for 16 splits) equals smem_bytes() for
-    every feasible tile and warp count, both layouts, 2 and 8 stages: feasible() and can_implement agree."""
+    """Traits::kSmemBytes (every stage, then the receive buffer sized for 16 splits) equals smem_bytes() for every
+    feasible tile and warp count, both layouts, 2 and 8 stages: feasible() and can_implement agree; and
+    Traits::smem_bytes(stages, groups, splits), what a launch asks for, equals the model's for 1 and every stage, 1 and
+    the most K groups, 1, 3 and 16 splits."""
     configs = [dataclasses.replace(c, layout=layout, stages=stages) for c in feasible_grid()
                for layout in ("nt", "nn") for stages in (2, tiny.MAX_STAGES)]
-    checks = [f"static_assert(Traits<{'true' if c.layout == 'nt' else 'false'}, {c.tile_m}, {c.tile_n}, {c.tile_k}, "
-              f"{c.stages}, {c.warps}>::kSmemBytes == {tiny.smem_bytes(c)}, \"{c.name}\");" for c in configs]
+    checks = []
+    for c in configs:
+        traits = f"Traits<{'true' if c.layout == 'nt' else 'false'}, {c.tile_m}, {c.tile_n}, {c.tile_k}, {c.stages}, {c.warps}>"
+        checks.append(f"static_assert({traits}::kSmemBytes == {tiny.smem_bytes(c)}, \"{c.name}\");")
+        for stages, groups, splits in itertools.product((1, c.stages), {1, tiny.warp_layout(c).k}, (1, 3, 16)):
+            model = stages * tiny.stage_bytes(c) + tiny.receive_bytes(c, groups, splits)
+            checks.append(f"static_assert({traits}::smem_bytes({stages}, {groups}, {splits}) == {model}, "
+                          f"\"{c.name} {stages} {groups} {splits}\");")
     src = tmp_path / "smem.cu"
     src.write_text('#include "cudal2/tiny_kernel.cuh"\nusing cudal2::tiny::Traits;\n' + "\n".join(checks) + "\n")
     cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-arch=sm_90", "-c", str(src), "-o",
            str(tmp_path / "smem.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert len(checks) > 400 and proc.returncode == 0, proc.stderr[-4000:]
+    assert len(configs) > 400 and proc.returncode == 0, proc.stderr[-4000:]
 
 
 SPLIT_RULE_PROGRAM = r"""
@@ -231,10 +272,29 @@ int check(const char* name) {
   return 0;
 }
 
+// Prints the plan of every (K, requested splits) of `name` on 132 SMs with clusters of 16 co-scheduled, for the
+// Python model to compare: "name k request splits tiles_per_split warp_groups stages threads smem_bytes".
+template <class Gemm>
+void print_plans(const char* name) {
+  const int depths[] = {8, 64, 128, 136, 256, 264, 320, 384, 448, 1000, 4104, 16384};
+  const int requests[] = {0, 1, 2, 3, 16};
+  for (int k : depths) for (int r : requests) {
+    cudal2_problem p{};
+    p.m = 64; p.n = 64; p.k = k; p.splits = r; p.sm_count = 132;
+    const cudal2::tiny::LaunchPlan plan = Gemm::plan(&p, {16, 1000});
+    std::printf("%s %d %d %d %d %d %d %d %d\n", name, k, r, plan.splits, plan.tiles_per_split, plan.warp_groups,
+                plan.stages, plan.threads, plan.smem_bytes);
+  }
+}
+
 int main() {
-  using Small = cudal2::tiny::TinyGemm<__half, cudal2::tiny::Traits<true, 32, 32, 64, 5, 16>>;
+  using Small = cudal2::tiny::TinyGemm<__half, cudal2::tiny::Traits<true, 32, 32, 64, 6, 8>>;
+  using Row = cudal2::tiny::TinyGemm<__half, cudal2::tiny::Traits<false, 16, 64, 64, 6, 8>>;
   using Wide = cudal2::tiny::TinyGemm<__nv_bfloat16, cudal2::tiny::Traits<false, 128, 128, 32, 4, 16>>;
   if (check<Small, 32, 32, 64>("32x32x64") || check<Wide, 128, 128, 32>("128x128x32")) return 1;
+  print_plans<Small>("tiny_fp16_nt_32x32x64_s6_w8");
+  print_plans<Row>("tiny_fp16_nn_16x64x64_s6_w8");
+  print_plans<Wide>("tiny_bf16_nn_128x128x32_s4_w16");
   std::printf("OK\n");
   return 0;
 }
@@ -242,21 +302,33 @@ int main() {
 
 
 def test_split_rule_of_the_launcher(tmp_path, kernel_toolchain):
-    """TinyGemm::splits (host code, run here without a GPU: sm_count and the cluster limits are given): within the
-    device's cluster limit and the K tiles, never more than asked, no empty K part after the rebalance, and the
-    automatic choice keeps kMinSplitK per part, at most one CTA per SM, above 8 only when every cluster fits."""
+    """TinyGemm::splits and ::plan (host code, run here without a GPU: sm_count and the cluster limits are given):
+    within the device's cluster limit and the K tiles, never more than asked, no empty K part after the rebalance, and
+    the automatic choice keeps kMinSplitK per part, at most one CTA per SM, above 8 only when every cluster fits; the
+    plan (K tiles per CTA, K groups only above MAX_WARP_CHAIN_K, stages, threads, shared memory) is the model's
+    launch_plan for the split count the launcher chose."""
     src, exe = tmp_path / "split_rule.cu", tmp_path / "split_rule"
     src.write_text(SPLIT_RULE_PROGRAM)
     cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-arch=sm_90", str(src), "-o", str(exe)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0 and lines[-1] == "OK", result.stdout + result.stderr
+    groups_seen = set()
+    for line in lines[:-1]:
+        name, *numbers = line.split()
+        k, request, splits, *plan = map(int, numbers)
+        model = tiny.launch_plan(HgemmConfig.from_name(name), k, splits)
+        assert tuple(plan) == tuple(model), (line, model)
+        groups_seen.add(model.warp_groups)
+    assert len(lines) == 1 + 3 * 12 * 5 and groups_seen == {1, 2}
 
 
 @pytest.mark.parametrize("overrides", [
-    dict(dtype="fp16", layout="nt", tile_m=32, tile_n=32, tile_k=64, stages=5, warps=16),    # 16x16 warps, 4 K groups
-    dict(dtype="bf16", layout="nn", tile_m=32, tile_n=64, tile_k=64, stages=5, warps=16),    # 32x16 warps
+    dict(dtype="fp16", layout="nt", tile_m=32, tile_n=32, tile_k=64, stages=6, warps=8),     # 16x16 warps, 2 K groups
+    dict(dtype="bf16", layout="nn", tile_m=32, tile_n=64, tile_k=64, stages=5, warps=16),    # 32x16 warps, 4 K groups
+    dict(dtype="fp16", layout="nn", tile_m=64, tile_n=64, tile_k=64, stages=4, warps=8),     # 32x32 warps, 8 chunks
     dict(dtype="fp16", layout="nn", tile_m=128, tile_n=128, tile_k=32, stages=4, warps=16),  # 32x32, no K group
     dict(dtype="bf16", layout="nt", tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1),    # 32 chunks per thread
 ])

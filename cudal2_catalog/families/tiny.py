@@ -1,33 +1,44 @@
-"""Family `tiny`: latency-bound GEMMs (tiny M x N x K, and long K with a small M x N), sm_80 to sm_90.
+"""Family `tiny`: latency-bound GEMMs (tiny M x N x K, and long K with a small M x N), sm_80 to sm_90. Third version.
 
-The template lives in `csrc/include/cudal2/tiny_gemm.cuh` (host ABI) and `tiny_kernel.cuh` (device): grid (n tiles,
-m tiles, splits), no persistent scheduler, no workspace. A and B stream through a cp.async pipeline whose first
-stages - 1 K tiles are requested at once (a CTA's whole K range when it has at most stages - 1 tiles: one memory
-round trip) into mma.sync m16n8k16 (fp32 accumulation). The warps form a warps_m x warps_n x warps_k layout
-(`warp_layout`, mirrored by `warp_layout` in tiny_kernel.cuh): warp tiles of 16 or 32 per side, K groups first, so
-that a small tile gets many warps with a few mma per K tile each. K is split on chip only: across the warp groups of
-the CTA and, on sm_90, across the CTAs of a thread-block cluster (runtime `splits`, up to 16 with the non-portable
-cluster attribute where the device co-schedules it, else 8). Partials are pushed into the receive buffer of the CTA
-owning their rows (shared memory past the pipeline, remote over the cluster), one barrier, then each CTA sums its
-rows in a fixed source order and stores them: deterministic. With one warp group and no split, the epilogue stores
-straight from registers.
-Config fields used: dtype, layout, tile_m / tile_n (16..128), tile_k (K per pipeline stage), stages (>= 2), warps.
+The template lives in `csrc/include/cudal2/tiny_gemm.cuh` (host ABI, the launcher's rule) and `tiny_kernel.cuh`
+(device): grid (n tiles, m tiles, splits), no persistent scheduler, no workspace. The warps covering the CTA tile
+(`warp_layout`, mirrored by `warp_layout` in tiny_kernel.cuh: warp tiles of 16 or 32 per side, M x N first, at most
+4 covering warps unless the tile needs more) run alone on a short K range; config `warps` beyond them are K groups
+that the launcher adds only when a CTA's K range exceeds MAX_WARP_CHAIN_K. A K range of at most `stages` K tiles is
+requested at once (one memory round trip, one barrier, shared memory for those tiles only); longer ones stream through
+the stages-deep cp.async pipeline into mma.sync m16n8k16 (fp32 accumulation). With one warp group and no split the
+epilogue stores from registers: bias loaded before the main loop, a 4x4 shuffle transpose per quad of lanes, 16-byte
+stores. K is otherwise split on chip only: across the K groups and, on sm_90, across the CTAs of a thread-block cluster
+(runtime `splits`, up to 16 with the non-portable cluster attribute where the device co-schedules it, else 8);
+partials are pushed into the receive buffer of the CTA owning their rows, one barrier, then each CTA sums its rows in
+a fixed source order and stores them: deterministic.
+Config fields used: dtype, layout, tile_m / tile_n (16..128), tile_k (K per stage), stages (>= 2), warps (covering
+warps times the most K groups).
+
+Where the second version's fixed latency went (64x64x64 fp16 on an H100, 2.5 us against cuBLASLt's 2.2 and
+sm80_cute's 2.1 with 2 warps on 16x64 tiles): 16 warps on a 32x32 tile (4 K groups of 2x2 16x16 warp tiles, 2 mma per
+warp), so 512 threads to launch and to meet at every barrier for 4096 outputs; 79 KB of shared memory (5 stages of
+which a K = 64 problem uses one, plus a 30 KB receive buffer sized for 16 splits) to configure per CTA; and after the
+math a second round through shared memory (every warp writes its 16x16 fp32 partial, a CTA barrier, 256 threads sum
+4 sources and store 4-byte pairs, reading the bias only then: a dependent global load in the tail). sm80_cute stages
+its epilogue through shared memory too, but with 64 threads and no reduction. Long K scaled badly because each CTA's
+K range went through 4 K groups whose every K tile costs a 512-thread barrier, while the operands per SM (64 KB at
+K = 512) stream through one SM.
 
 Cost model (H100 SXM, ~1.75 GHz under load; to check against the sweep's measurements), time of one kernel node:
     t = t_node + t_round_trip + max(t_math, t_stream) + t_reduce + t_store
-  t_node        1.09 us: an empty CUDA-graph kernel node (measured).
+  t_node        1.09 us: an empty CUDA-graph kernel node (measured; benchmarks.latency_floor re-measures it).
   t_round_trip  ~0.7 us: one dependent global-memory round trip (0.6-0.8 measured) for the tiles requested at once.
-  t_math        mma per SM sub-partition x c_mma. c_mma ~16 cycles with one warp per sub-partition (tiny's first
-                sweep: +0.33 us per 32 dependent-free mma per warp per 64 of K); ~8 cycles is mma.sync's peak on H100
-                (~495 TFLOP/s) and needs several warps per sub-partition with independent mma. mma per CTA =
-                tile_m * tile_n * k_range / 2048, spread over 4 sub-partitions.
-  t_stream      bytes per SM beyond the first stages / ~32 B per cycle (all SMs loading: ~7 TB/s from L2); overlaps
-                the math of the tiles already landed.
-  t_reduce      in the CTA: a shared-memory write, a barrier and a read (~0.05 us); over a cluster: 8-byte remote
-                stores, one cluster barrier and local reads (~0.2-0.3 us, not measured yet).
-  t_store       ~0.2 us: the output's stores drain before the node completes.
-Hence a tiny problem on one wave of small tiles costs about 1.09 + 0.7 + 0.1 + 0.05 + 0.2 ~ 2.0 us (cuBLASLt-autotune
-2.2-2.5 us), and long K wants tiles x splits near the SM count so that each CTA's slice is a few K tiles.
+  t_math        per warp, the dependent chain of K / 16 mma per accumulator (~30 cycles each on a short chain); K
+                groups cut it by their count for a reduction round, worth it above MAX_WARP_CHAIN_K (not measured).
+  t_stream      bytes per SM beyond the tiles requested at once / ~32 B per cycle; overlaps the landed tiles' math.
+  t_reduce      0 with one warp group and no split (register epilogue); in the CTA: a shared-memory write, a barrier
+                and a read (~0.05 us); over a cluster: remote stores, one cluster barrier, local reads (~0.2-0.3 us).
+  t_store       ~0.2 us: the output's stores drain before the node completes (16-byte stores: a quarter of the
+                instructions of 4-byte pairs).
+Hence a tiny problem on one wave of small tiles should cost about 1.09 + 0.7 + 0.1 + 0.2 ~ 2.1 us; the latency floor
+(benchmarks.latency_floor: an empty kernel, and a kernel that only reads A and B and writes C) says how much of that
+any kernel must pay.
 """
 from __future__ import annotations
 
@@ -45,12 +56,14 @@ TILE_MN = (16, 32, 64, 128)
 TILE_K = (32, 64, 128)
 WARPS = (1, 2, 4, 8, 16)
 MAX_STAGES = 8
+MAX_COVERING_WARPS = 4            # kMaxCoveringWarps of tiny_kernel.cuh
+MAX_WARP_CHAIN_K = 256            # kMaxWarpChainK of tiny_gemm.cuh: longer CTA K ranges add the K groups
 REGISTER_FILE = 65536             # 32-bit registers per SM, shared by the CTA's threads under __launch_bounds__
 MAX_REGISTERS = 255
 # Registers per thread: a fixed part (fragments, addresses, loop state), the fp32 accumulators of the warp tile and
 # the unrolled cp.async copies (address and predicate per 16-byte chunk). ptxas (nvcc 13.0, sm_80 and sm_90)
 # reported at most this bound on the configs compiled in tests/test_family_tiny.py.
-BASE_REGISTERS = 52
+BASE_REGISTERS = 60
 REGISTERS_PER_CHUNK = 5
 MAX_SPLITS = 16                   # kMaxSplits of tiny_kernel.cuh (non-portable cluster size)
 RECV_PAD = 8                      # floats of padding per receive-buffer row (kRecvPitch = tile_n + 8)
@@ -64,7 +77,8 @@ KNOB_SPACE: dict[str, tuple] = {"splits": tuple(range(MAX_SPLITS + 1)), "swizzle
 
 
 class WarpLayout(NamedTuple):
-    """How the warps of a CTA cover its tile: m x n warp tiles of tile_m x tile_n outputs times k groups along K."""
+    """How the warps of a CTA cover its tile: m x n warp tiles of tile_m x tile_n outputs times k groups along K (the
+    most; a launch uses 1 or k)."""
 
     m: int
     n: int
@@ -75,44 +89,81 @@ class WarpLayout(NamedTuple):
 
 def warp_layout(cfg: HgemmConfig) -> WarpLayout:
     """The warp layout `warp_layout` in tiny_kernel.cuh derives (the same rule): warp tiles start at min(32, tile)
-    per side, the K groups take as many warps as the tile's k16 steps allow, warps left over halve the larger
-    warp-tile side (N on a tie) down to 16. When the warps do not fit, m * n * k != warps (feasible() says why)."""
+    per side and halve their larger side (N on a tie) down to 16 while the covering warps stay within
+    min(warps, MAX_COVERING_WARPS); the warps left over form K groups (at most tile_k / 16). When the warps do not
+    fit, m * n * k != warps (feasible() says why)."""
     tile_m, tile_n = min(MAX_WARP_TILE, cfg.tile_m), min(MAX_WARP_TILE, cfg.tile_n)
-    covering = (cfg.tile_m // tile_m) * (cfg.tile_n // tile_n)
-    k = max(1, min(cfg.warps // covering, cfg.tile_k // 16))
-    left = cfg.warps // (covering * k)
-    while left > 1:
+    most = min(cfg.warps, MAX_COVERING_WARPS)
+    while (cfg.tile_m // tile_m) * (cfg.tile_n // tile_n) * 2 <= most:
         if tile_n >= tile_m and tile_n > MIN_WARP_TILE:
             tile_n //= 2
         elif tile_m > MIN_WARP_TILE:
             tile_m //= 2
         else:
             break
-        left //= 2
-    return WarpLayout(cfg.tile_m // tile_m, cfg.tile_n // tile_n, k, tile_m, tile_n)
+    m, n = cfg.tile_m // tile_m, cfg.tile_n // tile_n
+    return WarpLayout(m, n, min(max(1, cfg.warps // (m * n)), cfg.tile_k // 16), tile_m, tile_n)
+
+
+class LaunchPlan(NamedTuple):
+    """What one launch uses (TinyGemm::plan in tiny_gemm.cuh, given its split count)."""
+
+    tiles_per_split: int
+    warp_groups: int
+    stages: int
+    threads: int
+    smem_bytes: int
+
+
+def stage_bytes(cfg: HgemmConfig) -> int:
+    """Shared memory of one padded pipeline stage (A and B tiles of tile_k)."""
+    b_rows, b_cols = (cfg.tile_n, cfg.tile_k) if cfg.layout == "nt" else (cfg.tile_k, cfg.tile_n)
+    return (cfg.tile_m * (cfg.tile_k + ROW_PAD) + b_rows * (b_cols + ROW_PAD)) * ELEMENT_BYTES
 
 
 def pipeline_bytes(cfg: HgemmConfig) -> int:
-    """Shared memory of the padded pipeline stages (A and B tiles of tile_k)."""
-    b_rows, b_cols = (cfg.tile_n, cfg.tile_k) if cfg.layout == "nt" else (cfg.tile_k, cfg.tile_n)
-    return cfg.stages * (cfg.tile_m * (cfg.tile_k + ROW_PAD) + b_rows * (b_cols + ROW_PAD)) * ELEMENT_BYTES
+    """Shared memory of all the pipeline stages (what a streamed K range uses)."""
+    return cfg.stages * stage_bytes(cfg)
 
 
-def receive_bytes(cfg: HgemmConfig) -> int:
-    """Shared memory of the fp32 receive buffer: warps_k sources per split, each ceil(tile_m / splits) owned rows
-    of tile_n + RECV_PAD floats, at most warps_k * (tile_m + MAX_SPLITS - 1) rows."""
-    return warp_layout(cfg).k * (cfg.tile_m + MAX_SPLITS - 1) * (cfg.tile_n + RECV_PAD) * 4
+def receive_bytes(cfg: HgemmConfig, groups: int | None = None, splits: int | None = None) -> int:
+    """Shared memory of the fp32 receive buffer of a launch with `groups` K groups and `splits` split CTAs:
+    groups x splits sources of ceil(tile_m / splits) owned rows of tile_n + RECV_PAD floats, none with one source.
+    By default the bound over every launch: the most K groups, tile_m + MAX_SPLITS - 1 rows (s * ceil(m / s) <= m + s
+    - 1 for s <= MAX_SPLITS)."""
+    groups = warp_layout(cfg).k if groups is None else groups
+    if splits is None:
+        rows = cfg.tile_m + MAX_SPLITS - 1
+    elif groups * splits == 1:
+        return 0
+    else:
+        rows = splits * math.ceil(cfg.tile_m / splits)
+    return groups * rows * (cfg.tile_n + RECV_PAD) * 4
 
 
 def smem_bytes(cfg: HgemmConfig) -> int:
-    """Dynamic shared memory of one CTA: the pipeline stages, then the receive buffer."""
+    """The most dynamic shared memory one CTA uses (every stage, every K group, 16 splits): what feasible() and the
+    template's can_implement require."""
     return pipeline_bytes(cfg) + receive_bytes(cfg)
 
 
-def registers(cfg: HgemmConfig) -> int:
-    """Estimated registers per thread (an upper bound of what ptxas reported; see BASE_REGISTERS)."""
+def launch_plan(cfg: HgemmConfig, k: int, splits: int) -> LaunchPlan:
+    """The launcher's rule for depth `k` split over `splits` CTAs (as TinyGemm::splits chose it): ceil(K tiles /
+    splits) tiles per CTA; K groups only when that K range exceeds MAX_WARP_CHAIN_K; stage buffers for the whole range
+    when it fits `stages`, else `stages`; a receive buffer only with several sources."""
+    tiles = math.ceil(math.ceil(k / cfg.tile_k) / splits)
     layout = warp_layout(cfg)
-    chunks = (cfg.tile_m + cfg.tile_n) * cfg.tile_k // 8 / (cfg.warps * 32)
+    groups = layout.k if tiles * cfg.tile_k > MAX_WARP_CHAIN_K else 1
+    stages = min(cfg.stages, tiles)
+    smem = stages * stage_bytes(cfg) + receive_bytes(cfg, groups, splits)
+    return LaunchPlan(tiles, groups, stages, layout.m * layout.n * groups * 32, smem)
+
+
+def registers(cfg: HgemmConfig) -> int:
+    """Estimated registers per thread (an upper bound of what ptxas reported; see BASE_REGISTERS): the copies are
+    unrolled for the covering warps alone (the one-group body, the most chunks per thread)."""
+    layout = warp_layout(cfg)
+    chunks = (cfg.tile_m + cfg.tile_n) * cfg.tile_k // 8 / (layout.m * layout.n * 32)
     return BASE_REGISTERS + layout.tile_m * layout.tile_n // 32 + REGISTERS_PER_CHUNK * math.ceil(chunks)
 
 
@@ -139,10 +190,9 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"warps must be one of {WARPS}, got {cfg.warps}"
     layout = warp_layout(cfg)
     if layout.m * layout.n * layout.k != cfg.warps:
-        most = (cfg.tile_m // MIN_WARP_TILE) * (cfg.tile_n // MIN_WARP_TILE) * (cfg.tile_k // 16)
-        least = math.ceil(cfg.tile_m / MAX_WARP_TILE) * math.ceil(cfg.tile_n / MAX_WARP_TILE)
-        return False, (f"{cfg.warps} warps do not fit a {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} tile: between "
-                       f"{least} (32x32 warp tiles) and {most} (16x16 warp tiles times tile_k/16 K groups)")
+        covering = layout.m * layout.n
+        return False, (f"{cfg.warps} warps do not fit a {cfg.tile_m}x{cfg.tile_n}x{cfg.tile_k} tile: its "
+                       f"{covering} covering warps times 1..{cfg.tile_k // 16} K groups")
     if smem_bytes(cfg) > smem_limit(arch):
         return False, f"shared memory {smem_bytes(cfg)} B exceeds {smem_limit(arch)} B on sm_{arch}"
     if registers(cfg) > register_cap(cfg):
@@ -167,18 +217,19 @@ def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stag
     return HgemmConfig(FAMILY, dtype, layout, tile_m, tile_n, tile_k, stages=stages, warps=warps)
 
 
-# The always-built shapes (tile_m, tile_n, tile_k, stages, warps), per dtype and layout (chosen from the cost model,
-# not yet from a sweep of this version):
+# The always-built shapes (tile_m, tile_n, tile_k, stages, warps), per dtype and layout (chosen from the cost model
+# and the second version's sweep, not yet from a sweep of this version). 4 covering warps each but the widest; K groups
+# only join on K ranges above MAX_WARP_CHAIN_K; a K range of up to `stages` K tiles is one round trip.
 DEFAULT_SHAPES = (
-    # 16x16 warp tiles x 4 K groups: tiny problems (64x64x64: 4 CTAs, 2 mma per warp) and long K with a small
-    # M x N at splits 16 (64x64x8192: 64 CTAs; 128x64x8192: 128), 4 K tiles resident per CTA.
-    (32, 32, 64, 5, 16),
-    # 32x16 warp tiles x 4 K groups: G1000 problems below 2^24 (512x512x64 -> 128 CTAs) and 64x256x4096 at
-    # splits 16 (128 CTAs, K range 256 = 4 tiles resident).
-    (32, 64, 64, 5, 16),
-    # 32x32 warp tiles x 2 K groups: larger tiny problems (1024x512, 8192x64) within one wave.
+    # 2x2 warps of 16x16 (+2 K groups): tiny problems (64x64x64: 4 CTAs of 128 threads, one stage of 9-10 KB), up to
+    # K = 384 in one round trip; long K with a small M x N at splits 16.
+    (32, 32, 64, 6, 8),
+    # 1x4 warps of 16x16 (+2 K groups): the 16-row tile that won the smallest NT problems for sm80_cute (2 warps
+    # there); 16-row problems and M below 64 waste no rows.
+    (16, 64, 64, 6, 8),
+    # 2x2 warps of 32x32 (+2 K groups): larger tiny problems (1024x512, 8192x64) within one wave.
     (64, 64, 64, 4, 8),
-    # 32x32 warp tiles, no K group: long K with a wider M x N (128x1024x16384 and 256x1024x8192 at splits 16 and 8:
+    # 4x4 warps of 32x32, no K group: long K with a wider M x N (128x1024x16384 and 256x1024x8192 at splits 16 and 8:
     # 128 CTAs, the fewest operand re-reads through L2 that still fill the SMs).
     (128, 128, 32, 4, 16),
 )

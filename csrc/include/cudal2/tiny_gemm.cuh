@@ -5,12 +5,15 @@
 // above 8 with the non-portable cluster attribute where the device co-schedules such a cluster of this kernel, else
 // at most 8; larger requests are clamped, and to the number of K tiles, then rebalanced so that no part is empty; 0 =
 // automatic: enough parts to fill the SMs while every part keeps at least kMinSplitK of K). Before sm_90 there is no
-// cluster and K is split only across the warps of the CTA (warps_k, compile time). `swizzle` and `raster` are
-// ignored. Never a workspace, never a second kernel. On sm_90 the GEMM launches with programmatic dependent launch
-// (unless CUDAL2_DISABLE_PDL=1). Function attributes and the cluster capacity are set and queried once per device.
+// cluster. `swizzle` and `raster` are ignored. The launcher's rule (plan()) then fixes what the problem needs and no
+// more: the covering warps alone unless a CTA's K range exceeds kMaxWarpChainK (then Traits::kWarpsK groups of them),
+// and dynamic shared memory for min(stages, the CTA's K tiles) stage buffers plus a receive buffer only when partial
+// sums meet (several K groups or splits). Never a workspace, never a second kernel. On sm_90 the GEMM launches with
+// programmatic dependent launch (unless CUDAL2_DISABLE_PDL=1). Function attributes and the cluster capacity are set
+// and queried once per device.
 // Requirements (else CUDAL2_UNSUPPORTED, and the dispatcher falls back): K % 8 == 0; A and B 16-byte aligned with
-// lda, ldb multiples of 8 elements; M below 65536 tiles; the device grants the CTA's shared memory. Any M and N; D and
-// bias have no alignment requirement.
+// lda, ldb multiples of 8 elements; M below 65536 tiles; the device grants the CTA's largest shared memory. Any M and
+// N; D and bias have no alignment requirement (16-byte stores only where D allows them).
 #ifndef CUDAL2_TINY_GEMM_CUH_
 #define CUDAL2_TINY_GEMM_CUH_
 
@@ -28,6 +31,15 @@ namespace tiny {
 
 // Least K per split part of the automatic choice: shorter parts save less math than the cluster exchange costs.
 constexpr int kMinSplitK = 128;
+// Longest K range a CTA's covering warps take alone: a warp's chain of dependent mma per accumulator (K / 16 steps)
+// up to this costs less than the receive-buffer round (shared-memory write, barrier, read) that K groups need.
+constexpr int kMaxWarpChainK = 256;
+
+// What one launch uses (TinyGemm::plan): split CTAs per tile and their K tiles, K groups of covering warps, stage
+// buffers, threads and dynamic shared memory per CTA.
+struct LaunchPlan {
+  int splits, tiles_per_split, warp_groups, stages, threads, smem_bytes;
+};
 
 // How many clusters of `size` CTAs of `kernel` (`threads` threads and `smem` bytes of dynamic shared memory per CTA)
 // the current device runs at once; 0 when none fits or the query is refused.
@@ -129,6 +141,20 @@ struct TinyGemm {
     return ceil_div(k_tiles, ceil_div(k_tiles, clamped));
   }
 
+  // The launch of `p` within `limits` (prepare_device()): splits() parts of ceil(K tiles / parts) tiles each; K
+  // groups only when that K range exceeds kMaxWarpChainK; stage buffers for the K range when it fits kStages (all
+  // requested at once), else kStages (streamed); the receive buffer only with several sources.
+  static LaunchPlan plan(const cudal2_problem* p, const ClusterLimits& limits) {
+    LaunchPlan plan{};
+    plan.splits = splits(p, limits);
+    plan.tiles_per_split = ceil_div(ceil_div(static_cast<int>(p->k), Tr::kTileK), plan.splits);
+    plan.warp_groups = plan.tiles_per_split * Tr::kTileK > kMaxWarpChainK ? Tr::kWarpsK : 1;
+    plan.stages = min_int(Tr::kStages, plan.tiles_per_split);
+    plan.threads = Tr::kWarpsMN * plan.warp_groups * 32;
+    plan.smem_bytes = Tr::smem_bytes(plan.stages, plan.warp_groups, plan.splits);
+    return plan;
+  }
+
   // The family never needs a workspace.
   static size_t workspace_size(const cudal2_problem*) { return 0; }
 
@@ -138,7 +164,7 @@ struct TinyGemm {
     if (ok != CUDAL2_OK) return ok;
     const ClusterLimits limits = prepare_device();
     if (limits.max_splits == 0) return CUDAL2_LAUNCH_FAILED;
-    const int s = splits(p, limits);
+    const LaunchPlan plan = TinyGemm::plan(p, limits);
     Params<T> args;
     args.a = static_cast<const T*>(p->a);
     args.b = static_cast<const T*>(p->b);
@@ -150,12 +176,14 @@ struct TinyGemm {
     args.lda = p->lda;
     args.ldb = p->ldb;
     args.ldd = p->ldd;
-    args.splits = s;
-    args.tiles_per_split = ceil_div(ceil_div(args.k, Tr::kTileK), s);
+    args.splits = plan.splits;
+    args.tiles_per_split = plan.tiles_per_split;
+    args.warp_groups = plan.warp_groups;
+    args.vector_store = is_aligned(p->d, 16) && p->ldd % 8 == 0;
 
-    LaunchSpec spec{dim3(ceil_div(args.n, Tr::kTileN), ceil_div(args.m, Tr::kTileM), s), dim3(Tr::kThreads),
-                    Tr::kSmemBytes};
-    if (s > 1) spec.cluster = dim3(1, 1, s);
+    LaunchSpec spec{dim3(ceil_div(args.n, Tr::kTileN), ceil_div(args.m, Tr::kTileM), plan.splits), dim3(plan.threads),
+                    static_cast<size_t>(plan.smem_bytes)};
+    if (plan.splits > 1) spec.cluster = dim3(1, 1, plan.splits);
     spec.programmatic = pdl_allowed();
     return launch_status(launch_kernel(tiny_gemm_kernel<T, Tr>, spec, static_cast<cudaStream_t>(p->stream), args));
   }
