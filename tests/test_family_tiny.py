@@ -131,9 +131,10 @@ def test_default_set_is_latency_first():
 
 
 def test_register_estimate_and_rule(monkeypatch):
-    # 60 + accumulators of the warp tile + 5 per 16-byte cp.async chunk per covering thread
-    assert tiny.registers(cfg(tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1)) == 60 + 32 + 5 * 32
-    assert tiny.registers(cfg(tile_m=32, tile_n=32, warps=16)) == 60 + 8 + 5 * 4  # 16x16 warp tiles, 512 chunks, 128 covering threads
+    # 60 + accumulators of the warp tile + 5 per 16-byte cp.async chunk per covering thread + 3 per K group
+    assert tiny.registers(cfg(tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1)) == 60 + 32 + 5 * 32 + 3
+    # 16x16 warp tiles; 512 chunks over 128 covering threads; 4 K groups
+    assert tiny.registers(cfg(tile_m=32, tile_n=32, warps=16)) == 60 + 8 + 5 * 4 + 3 * 4
     assert tiny.register_cap(cfg(warps=16)) == 128 and tiny.register_cap(cfg(warps=4)) == 255
     monkeypatch.setattr(tiny, "REGISTER_FILE", 32768)  # a smaller register file: 16-warp CTAs get 64 each
     ok, why = tiny.feasible(cfg(tile_n=128, warps=16), 90)
@@ -331,6 +332,7 @@ def test_split_rule_of_the_launcher(tmp_path, kernel_toolchain):
     dict(dtype="fp16", layout="nn", tile_m=64, tile_n=64, tile_k=64, stages=4, warps=8),     # 32x32 warps, 8 chunks
     dict(dtype="fp16", layout="nn", tile_m=128, tile_n=128, tile_k=32, stages=4, warps=16),  # 32x32, no K group
     dict(dtype="bf16", layout="nt", tile_m=32, tile_n=32, tile_k=128, stages=2, warps=1),    # 32 chunks per thread
+    dict(dtype="fp16", layout="nn", tile_m=16, tile_n=16, tile_k=128, stages=2, warps=8),    # 16 chunks, 8 K groups
 ])
 def test_instances_compile_for_sm80_and_sm90_without_spills(tmp_path, kernel_toolchain, overrides):
     """The library's flags for the sm80 folder (sm_80 and sm_90 code): no error, no spill, registers within the

@@ -60,11 +60,13 @@ MAX_COVERING_WARPS = 4            # kMaxCoveringWarps of tiny_kernel.cuh
 MAX_WARP_CHAIN_K = 256            # kMaxWarpChainK of tiny_gemm.cuh: longer CTA K ranges add the K groups
 REGISTER_FILE = 65536             # 32-bit registers per SM, shared by the CTA's threads under __launch_bounds__
 MAX_REGISTERS = 255
-# Registers per thread: a fixed part (fragments, addresses, loop state), the fp32 accumulators of the warp tile and
-# the unrolled cp.async copies (address and predicate per 16-byte chunk). ptxas (nvcc 13.0, sm_80 and sm_90)
-# reported at most this bound on the configs compiled in tests/test_family_tiny.py.
+# Registers per thread: a fixed part (fragments, addresses, loop state, bias), the fp32 accumulators of the warp tile,
+# the unrolled cp.async copies of the covering warps' body (address and predicate per 16-byte chunk) and a share per
+# K group (the K-group body is compiled beside it). ptxas (nvcc 13.0, sm_80 and sm_90) reported at most this bound on
+# the configs compiled in tests/test_family_tiny.py (16x16x128 NN with 8 K groups: 172 of 172 on sm_80).
 BASE_REGISTERS = 60
 REGISTERS_PER_CHUNK = 5
+REGISTERS_PER_GROUP = 3
 MAX_SPLITS = 16                   # kMaxSplits of tiny_kernel.cuh (non-portable cluster size)
 RECV_PAD = 8                      # floats of padding per receive-buffer row (kRecvPitch = tile_n + 8)
 KNOB_SPLITS = (1, 2, 4, 8, 16)    # cluster split parts the sweep times (1 = none); the default 0 fills the SMs
@@ -164,7 +166,8 @@ def registers(cfg: HgemmConfig) -> int:
     unrolled for the covering warps alone (the one-group body, the most chunks per thread)."""
     layout = warp_layout(cfg)
     chunks = (cfg.tile_m + cfg.tile_n) * cfg.tile_k // 8 / (layout.m * layout.n * 32)
-    return BASE_REGISTERS + layout.tile_m * layout.tile_n // 32 + REGISTERS_PER_CHUNK * math.ceil(chunks)
+    return (BASE_REGISTERS + layout.tile_m * layout.tile_n // 32 + REGISTERS_PER_CHUNK * math.ceil(chunks)
+            + REGISTERS_PER_GROUP * layout.k)
 
 
 def register_cap(cfg: HgemmConfig) -> int:

@@ -5,14 +5,16 @@ the one the build installed (cudal2_ops/libcudal2_kernels.so); a GPU run with ne
 with the correctness harness (cudal2_testing.correctness: randn against the fp32 reference within the baseline's
 error, exact integers, NaN-poisoned output and 64 KiB guards, determinism, the caller's stream, CUDA-graph capture)
 at every `splits` value: on sm_90 splits 2..16 reduce K in a thread-block cluster (above 8 with the non-portable
-cluster size, clamped to 8 where the device cannot co-schedule 16), before sm_90 every value runs unsplit. Every
-tiny kernel of the library is tested; beyond the default set, these variants cover each warp layout the family
-derives (16x16 tile with 8 K groups, 16x32 warp tiles, 4x2 warps of 16x16 with 2 K groups, 32x16 warp tiles with
-tile_m 128, one warp storing from registers, 2x4 warps of 32x32 storing from registers, a resident 8-stage K range):
-tiny_fp16_nn_16x16x128_s2_w8 tiny_bf16_nt_16x64x64_s3_w8 tiny_fp16_nn_64x32x32_s5_w16 tiny_bf16_nn_128x16x64_s2_w16
-tiny_fp16_nt_32x32x32_s3_w1 tiny_bf16_nt_64x128x128_s2_w8 tiny_fp16_nt_32x32x64_s8_w16 (python -m
-cudal2_catalog.codegen --names ..., then build them with the defaults). Timing is the sweep's job (python -m
-search.sweep).
+cluster size, clamped to 8 where the device cannot co-schedule 16), before sm_90 every value runs unsplit. The third
+version's launcher picks per problem what runs (families/tiny.py launch_plan): exact-integer checks sit on each side
+of its rule (one K tile, the K range the stages hold at once and one tile more, MAX_WARP_CHAIN_K and one step more,
+where the K groups join) and on the register epilogue's element-by-element stores (D not 16-byte aligned). Every tiny
+kernel of the library is tested; beyond the default set, these variants cover each warp layout the family derives
+(16x16 tile with 8 K groups, 16x16 warp tiles of a 16x64 tile with 2 K groups, 32x16 warp tiles with tile_m 128 and
+4 K groups, one 32x32 warp, 8 covering warps of 32x32, 4 K groups on 8 resident stages):
+tiny_fp16_nn_16x16x128_s2_w8 tiny_bf16_nt_16x64x64_s3_w8 tiny_bf16_nn_128x16x64_s2_w16 tiny_fp16_nt_32x32x32_s3_w1
+tiny_bf16_nt_64x128x128_s2_w8 tiny_fp16_nt_32x32x64_s8_w16 (python -m cudal2_catalog.codegen --names ..., then build
+them with the defaults). Timing is the sweep's job (python -m search.sweep) and benchmarks.latency_floor's.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ from cudal2_testing.correctness.inputs import generator, random_inputs
 from cudal2_testing.correctness.kernel_impl import KernelImpl
 from cudal2_testing.correctness.reference import REL_TOL
 from cudal2_testing.kernel_library import Kernel, KernelError, KernelLibrary
+from cudal2_catalog.config import HgemmConfig
+from cudal2_catalog.families import tiny
 from kernel_lib_under_test import library_under_test
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -62,6 +66,14 @@ def of(kernels: dict[str, Kernel], dtype: torch.dtype, layout: str) -> list[Kern
 def tile_m(kernel: Kernel) -> int:
     """The kernel's CTA tile rows (from its name)."""
     return int(kernel.name.split("_")[3].split("x")[0])
+
+
+def rule_depths(kernel: Kernel) -> list[int]:
+    """K on each side of the launcher's rule for `kernel` at one split: a partial and a whole K tile, the most K tiles
+    requested at once (stages) and 8 more (streamed), MAX_WARP_CHAIN_K and 8 more (the K groups join)."""
+    cfg = HgemmConfig.from_name(kernel.name)
+    edges = (cfg.tile_k, cfg.stages * cfg.tile_k, tiny.MAX_WARP_CHAIN_K)
+    return sorted({8, *edges, *(edge + 8 for edge in edges)})
 
 
 def assert_checks_pass(kernel: Kernel, shapes, with_bias: bool, splits: int = 0, checks=CHECKS) -> None:
@@ -236,3 +248,37 @@ def test_first_launch_inside_a_graph_capture(kernels):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert proc.stdout.count(" ok") == len(kernels), proc.stdout[-4000:]
+
+
+@pytest.mark.parametrize("splits", [1, 0, 3])
+def test_exact_integers_on_each_side_of_the_launch_rule(kernels, splits):
+    """One round trip or streamed, covering warps alone or with K groups, register epilogue or receive buffer: the
+    same exact integers (0/1 operands, integer bias) bit for bit, M and N residues included."""
+    for kernel in kernels.values():
+        plans = set()
+        for k in rule_depths(kernel):
+            plans.add(tiny.launch_plan(HgemmConfig.from_name(kernel.name), k, 1)[1:3])
+            for m, n in [(tile_m(kernel) + 3, 72), (5, 40)]:
+                a, b, _ = exact_inputs((m, n, k), kernel.layout, kernel.dtype, False, m + k, "cuda")
+                bias = torch.randint(-4, 5, (n,), generator=generator(k, "cuda"), device="cuda").to(kernel.dtype)
+                expected = exact_expected(a, b, kernel.layout, bias)
+                out = kernel.run(a, b, bias, splits=splits)
+                assert torch.equal(out, expected), (f"{kernel.name} {m}x{n}x{k} splits={splits}: "
+                                                    f"{(out != expected).sum().item()} differ")
+        assert len(plans) >= 2, f"{kernel.name}: the depths should reach several plans, got {plans}"
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_register_epilogue_without_16_byte_aligned_rows(kernels, with_bias):
+    """D two bytes past 16-byte alignment with an odd row stride: every output stored element by element, right,
+    and nothing written before the first or past the last column of a row (NaN stays)."""
+    for kernel in kernels.values():
+        m, n, k, ldd = 37, 50, 128, 51
+        a, b, _ = exact_inputs((m, n, k), kernel.layout, kernel.dtype, False, 11, "cuda")
+        bias = (torch.randint(-4, 5, (n,), generator=generator(12, "cuda"), device="cuda").to(kernel.dtype)
+                if with_bias else None)
+        storage = torch.full((m * ldd + 1,), float("nan"), dtype=kernel.dtype, device="cuda")
+        out = storage[1:].view(m, ldd)[:, :n]
+        kernel.run(a, b, bias, out=out, splits=1)
+        assert torch.equal(out, exact_expected(a, b, kernel.layout, bias)), kernel.name
+        assert storage[0].isnan() and storage[1:].view(m, ldd)[:, n:].isnan().all(), f"{kernel.name}: wrote outside D"
