@@ -22,8 +22,11 @@
 # tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, NN/NT, $TUNE_DTYPES, into
 # OUT_DIR/<gpu_slug>.json), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
-# cuBLASLt-autotune, PDL off). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
+# cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
 # problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
+# floors (python -m benchmarks.latency_floor: an empty kernel and a read-A-and-B-write-C kernel beside
+# cuBLASLt-autotune and the best tiny kernel on the G1000 problems up to 2^26, PDL off, into OUT_DIR/latency_floor.json,
+# smallest first within $FLOORS_BUDGET_S, default 360),
 # judge-bench (python -m search.judge_bench: the judge's evaluations per minute and its verdicts on the kernels an
 # earlier judge flagged wrongly, then the judge's GPU tests).
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
@@ -37,6 +40,8 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 SUMMARY="$OUT_DIR/summary.txt"
 PROTOCOL_IMPLS=${PROTOCOL_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn}
+# bench-tuned: the same-layout bars and their independent repeats (the noise floor of docs/EVALUATION.md)
+TUNED_IMPLS=${TUNED_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn,cublaslt-autotune-nn-repeat,cublaslt-autotune-tn-repeat}
 GPU_SLUG=$("$PY" -c "import torch; from cudal2_ops.tables import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))" 2>/dev/null || echo unknown_gpu)
 
 stage() {  # stage NAME COMMAND...: runs COMMAND with its log in OUT_DIR/NAME.log, records status and duration
@@ -141,15 +146,17 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     bench-tuned) for dtype in ${TUNED_DTYPES:-fp16 bf16}; do  # the tuned table of OUT_DIR, as a user's process runs it
                    CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_g1000_$dtype" \
                      "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes "$dtype" --modes kernel \
-                     --impls cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn --out "$OUT_DIR/g1000_kernel_$dtype.json"
+                     --impls "$TUNED_IMPLS" --out "$OUT_DIR/g1000_kernel_$dtype.json"
                  done
                  CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage bench_tuned_llm "$PY" -m benchmarks.grid \
                    --shapes llm --layouts nt,nn --dtypes fp16,bf16 --modes kernel \
-                   --impls cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn --out "$OUT_DIR/llm_kernel.json" ;;
+                   --impls "$TUNED_IMPLS" --out "$OUT_DIR/llm_kernel.json" ;;
     tiny) CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage tiny_tests "$PY" -m pytest -q -m gpu \
             tests/gpu/test_kernels_tiny.py --no-header -rfE
           CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage sweep_tiny "$PY" -m search.sweep --max-log2-mnk 26 --sample 0 \
             --llm-max-m 0 --out "$OUT_DIR/sweep_tiny.json" --budget-s "${SWEEP_BUDGET_S:-120}" ;;
+    floors) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage floors "$PY" -m benchmarks.latency_floor \
+              --out "$OUT_DIR/latency_floor.json" --budget-s "${FLOORS_BUDGET_S:-360}" ;;
     judge-bench) stage judge_bench "$PY" -m search.judge_bench --json "$OUT_DIR/judge_bench.json"
                  stage judge_tests "$PY" -m pytest -q -m gpu tests/gpu/test_search_judge_recheck_gpu.py \
                    tests/gpu/test_search_cheats_gpu.py tests/gpu/test_search_evaluator_gpu.py \
