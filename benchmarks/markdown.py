@@ -3,7 +3,7 @@ full aggregates per mode including the kernel mode, per-bucket breakdown, roofli
 failures."""
 from __future__ import annotations
 
-from benchmarks.stats import BASELINES, LOSS_BELOW, Comparison
+from benchmarks.stats import BASELINES, BELOW, LOSS_BELOW, Comparison
 from cudal2_testing.measure.shapes import BUCKET_LABELS
 from cudal2_testing.measure.summary import markdown_table
 
@@ -111,6 +111,11 @@ def render(doc: dict, comps: dict[tuple[str, str, str], Comparison], effs: dict,
             out += ["", f"Sanity ({mode}): geomean t(cublaslt-heuristic-max)/t(cublaslt-autotune-max) = "
                         f"{_f(sanity['geomean_heuristic_over_autotune'])} over {sanity['n']} shapes "
                         f"-> {'ok' if sanity['ok'] else 'CHECK' if sanity['ok'] is False else 'n/a'}"]
+            noise = comp.noise_floor()
+            if noise["n"]:
+                out += ["", f"Noise floor ({mode}): the same-layout cuBLASLt-autotune selected and timed twice, "
+                            f"geomean t(first)/t(repeat) = {_f(noise['geomean'])} over {noise['n']} shapes, "
+                            f"{noise['below']} below {BELOW}"]
     out += ["", "## Roofline efficiency", ""] + roofline(effs)
     out += ["", "## Failures", ""] + failures(doc["rows"])
     return "\n".join(out) + "\n"

@@ -14,7 +14,13 @@ WIN_ABOVE = 1.00
 VARIANTS = {"cublas": ("cublas-nn", "cublas-tn"),
             "cublaslt-heuristic": ("cublaslt-heuristic-nn", "cublaslt-heuristic-tn"),
             "cublaslt-autotune": ("cublaslt-autotune-nn", "cublaslt-autotune-tn")}
-BASELINES = ("torch",) + tuple(n for fam, pair in VARIANTS.items() for n in (*pair, f"{fam}-max"))
+# Each same-layout autotune baseline and its independent repeat (benchmarks.impls), whose ratio is the noise floor.
+REPEATS = {"nn": ("cublaslt-autotune-nn", "cublaslt-autotune-nn-repeat"),
+           "nt": ("cublaslt-autotune-tn", "cublaslt-autotune-tn-repeat")}
+BASELINES = ("torch",) + tuple(n for fam, pair in VARIANTS.items() for n in (*pair, f"{fam}-max")) + tuple(
+    repeat for _, repeat in REPEATS.values())
+# A shape "below" the bar in the noise-floor count (the tuned-by-default targets' threshold).
+BELOW = 0.97
 # The autotuned cuBLASLt must not be slower than the heuristic one on average (geomean ratio), within 1 % noise.
 AUTOTUNE_SANITY_MIN = 0.99
 
@@ -70,6 +76,15 @@ class Comparison:
         return {"check": "cublaslt-autotune-max at least as fast as cublaslt-heuristic-max on average",
                 "geomean_heuristic_over_autotune": ratio, "n": len(ratios),
                 "ok": None if ratio is None else ratio >= AUTOTUNE_SANITY_MIN}
+
+
+    def noise_floor(self) -> dict:
+        """The same-layout cuBLASLt-autotune against its independent repeat: geomean of t_first / t_repeat and the
+        shapes below BELOW, over shapes where both are valid (n 0 when the run has no repeat)."""
+        first, repeat = (self.base.get(name, {}) for name in REPEATS[self.layout])
+        ratios = [first[s] / repeat[s] for s in first if s in repeat]
+        return {"n": len(ratios), "geomean": geomean(ratios) if ratios else None,
+                "below": sum(r < BELOW for r in ratios)}
 
 
 def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",

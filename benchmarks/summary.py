@@ -1,7 +1,8 @@
 """`benchmarks/results/<gpu_slug>/summary.json`: the headline aggregates of the latest run per (mode, layout, dtype,
 shape set), computed from measured rows only. Schema:
 {"gpu", "commit", "date", "runs": [{"mode", "layout", "dtype", "shapes", "n", "wall_s", "source",
-  "vs": {baseline: {"geomean", "mean", "median", "min", "max", "wins", "losses"}}, "failures", "sanity"}]}"""
+  "vs": {baseline: {"geomean", "mean", "median", "min", "max", "wins", "losses"}}, "failures", "sanity",
+  "noise_floor": {"n", "geomean", "below"}}]}"""
 from __future__ import annotations
 
 import json
@@ -22,7 +23,8 @@ def run_entry(comp: Comparison, shapes_label: str, wall_s: float, source: str, o
             vs[baseline] = {k: agg[k] for k in VS_FIELDS}
     return {"mode": comp.mode, "layout": comp.layout, "dtype": comp.dtype, "shapes": shapes_label,
             "n": len(comp.ours), "wall_s": round(wall_s, 1), "source": source, "vs": vs,
-            "failures": dict(sorted(comp.failures.items())), "sanity": comp.autotune_sanity(), "ours": ours}
+            "failures": dict(sorted(comp.failures.items())), "sanity": comp.autotune_sanity(),
+            "noise_floor": comp.noise_floor(), "ours": ours}
 
 
 def _key(entry: dict) -> tuple:

@@ -68,6 +68,19 @@ def test_autotune_sanity():
     assert sanity["geomean_heuristic_over_autotune"] == pytest.approx(math.sqrt(1.25))
 
 
+def test_noise_floor_compares_the_same_layout_autotune_with_its_repeat():
+    rows = [row(S1, "cudal2", "nt", 10.0), row(S2, "cudal2", "nt", 10.0), row(S3, "cudal2", "nt", 10.0),
+            row(S1, "cublaslt-autotune-tn", "nt", 9.0), row(S1, "cublaslt-autotune-tn-repeat", "nt", 10.0),
+            row(S2, "cublaslt-autotune-tn", "nt", 10.0), row(S2, "cublaslt-autotune-tn-repeat", "nt", 10.0),
+            row(S3, "cublaslt-autotune-tn", "nt", 10.0),
+            row(S1, "cublaslt-autotune-nn", "nn", 1.0), row(S1, "cublaslt-autotune-nn-repeat", "nn", 2.0)]
+    noise = stats.compare(rows, "kernel", "nt", "fp16").noise_floor()
+    assert noise["n"] == 2 and noise["below"] == 1 and noise["geomean"] == pytest.approx(0.9 ** 0.5)
+    assert stats.compare(rows, "kernel", "nt", "fp16").speedups("cublaslt-autotune-tn-repeat") == {
+        S1: pytest.approx(1.0), S2: pytest.approx(1.0)}
+    assert stats.compare(rows[:3], "kernel", "nt", "fp16").noise_floor() == {"n": 0, "geomean": None, "below": 0}
+
+
 def test_roofline():
     # compute bound: 2 * 4096^3 flop at 1000 TFLOP/s = 137.4 us
     assert stats.roofline_floor_us(S3, 1000.0, 3000.0) == pytest.approx(2 * 4096**3 / 1e9)
