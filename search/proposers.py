@@ -81,6 +81,14 @@ def sample_built(rng: random.Random, problem: Problem, context: ProposalContext,
     return Candidate(config=cfg.name, knobs=knobs, provenance=provenance)
 
 
+def knob_variants(config: str, problem: Problem, provenance: str) -> list[Candidate]:
+    """Kernel `config` at each runtime knob variant its family's grid times on `problem` (the sweep's knob grid:
+    the same build, other splits / swizzle / raster), the default knobs not included."""
+    cfg = HgemmConfig.from_name(config)
+    return [Candidate(config=config, knobs=tuple(k), provenance=provenance)
+            for k in family_module(cfg.family).knob_grid(cfg, problem.m, problem.n, problem.k)]
+
+
 def candidate_of_id(candidate_id: str, provenance: str) -> Candidate:
     """The config candidate a store id (`<config>@<splits>.<swizzle>.<raster>`) names."""
     config, knobs = candidate_id.split("@")
@@ -132,9 +140,7 @@ class SweepHeuristicProposer:
                  if (cfg.dtype, cfg.layout) == (problem.dtype, problem.layout)]
         if context.best:
             for measured in sorted(context.best, key=lambda m: m.us)[:self.knob_top]:
-                cfg = HgemmConfig.from_name(measured.candidate.config)
-                grid = family_module(cfg.family).knob_grid(cfg, problem.m, problem.n, problem.k)
-                queue += [Candidate(config=cfg.name, knobs=tuple(k), provenance="sweep") for k in grid]
+                queue += knob_variants(measured.candidate.config, problem, "sweep")
         return queue
 
     def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
@@ -153,9 +159,10 @@ class SweepHeuristicProposer:
 
 @dataclasses.dataclass
 class PolicyProposer:
-    """The learned policy's proposals, of every `n`: up to `exploit` of them mutate the problem's elites (local
-    search: a `step` share of the mutations moves one choice to an adjacent value, the others redraw one choice from
-    the policy); `sample` of them are drawn from the contextual policy; the rest are the untried points of a library
+    """The learned policy's proposals, of every `n`: up to `exploit` of them exploit the problem's elites (local
+    search: first the untried runtime knob variants of the elites' kernels, best first, on the sweep's knob grid,
+    which need no new build, in the order the policy prefers for the problem; then mutations of the elites, a `step` share
+    moving one choice to an adjacent value, the others redrawing one choice from the policy); `sample` of them are drawn from the contextual policy; the rest are the untried points of a library
     (the built default kernels and the best candidates of neighbouring problems) that the policy prefers for this
     problem. On the simulated benchmark (the calibrated arch-90 model), 24 evaluations per problem, 40 G1000 shapes,
     seeds 0-2, this gives a geomean best speedup of 1.166 / 1.080 / 1.131 against the sweep heuristic's 0.950 / 0.953
@@ -174,6 +181,17 @@ class PolicyProposer:
         transfer = [dataclasses.replace(m.candidate, provenance=self.provenance) for m in context.neighbour_best
                     if m.candidate.config]
         return sorted(defaults + transfer, key=lambda c: -self.policy.preference(problem, c))
+
+    def _knob_variants_of_elites(self, problem: Problem, elites: list[Candidate]) -> list[Candidate]:
+        """The elites' kernels, best elite's first, each at its default knobs and at its family's knob grid for
+        `problem` (the same build: no compile), within a kernel the variants the policy prefers for this problem
+        first (tried ones included: the caller skips them)."""
+        out = []
+        for config in dict.fromkeys(e.config for e in elites):
+            variants = [Candidate(config=config, provenance=self.provenance)]
+            variants += knob_variants(config, problem, self.provenance)
+            out += sorted(variants, key=lambda c: -self.policy.preference(problem, c))
+        return out
 
     def _draw_from_pool(self, problem: Problem, context: ProposalContext, take, wanted: int) -> None:
         """`wanted` draws of the policy restricted to the backend's pool: its untried members sampled without
@@ -201,6 +219,10 @@ class PolicyProposer:
         elites = [candidate_of_id(cid, self.provenance) for _, cid in self.policy.elites.get(problem.key, [])
                   if not cid.startswith("src_")]
         rng = self.policy.rng
+        for cand in self._knob_variants_of_elites(problem, elites):
+            if len(out) >= round(n * self.exploit):
+                break
+            take(cand)
         for _ in range(MAX_DRAWS):
             if not elites or len(out) >= round(n * self.exploit):
                 break

@@ -151,6 +151,33 @@ def reach_rows(curves: dict, budgets: list[int], target: str = "random") -> list
     return rows
 
 
+def target_rows(curves: dict, near: float = 0.99, share: float = 1 / 3) -> list[list[str]]:
+    """Markdown rows of the issue's target: per set and rl variant, random search's final geomean (mean curve over
+    seeds, at the largest budget N), the evaluations per problem the variant's mean curve needs to reach it and
+    whether that is within `share` of N, then the evaluations it and random need to reach `near` of it."""
+    rows = []
+    for name, by_proposer in curves.items():
+        mean = {p: [statistics.mean(v) for v in zip(*per_seed)] for p, per_seed in by_proposer.items()}
+        final = len(mean["random"])
+        goal = mean["random"][-1]
+        random_near = evals_to_reach(near * goal, mean["random"])
+        for proposer in (p for p in PROPOSERS if p.startswith("rl")):
+            reached = evals_to_reach(goal, mean[proposer])
+            met = reached is not None and reached <= final * share
+            rows.append([name, proposer, f"{goal:.4f}", f"{reached} of {final}" if reached else f"> {final}",
+                         f"{'yes' if met else 'no'} (<= {math.floor(final * share)})",
+                         str(evals_to_reach(near * goal, mean[proposer]) or f"> {final}"),
+                         str(random_near or f"> {final}")])
+    return rows
+
+
+def target_table(curves: dict) -> list[str]:
+    """The Markdown lines of `target_rows`' table."""
+    final = len(next(iter(curves.values()))["random"][0])
+    return markdown_table(["set", "policy", f"random at {final}", "policy reaches it at", "within a third",
+                           "policy to 99%", "random to 99%"], target_rows(curves))
+
+
 def plot(curves: dict, path: Path, title: str) -> None:
     """One panel per problem set: mean curve over seeds of each proposer from one round on, min-max band."""
     import matplotlib  # noqa: PLC0415 (only for the figure)
@@ -186,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", type=lambda t: [int(x) for x in t.split(",")], default=[4, 8, 16, 24, 32],
                         help="evaluations per problem reported in the table (the curves go to the largest)")
     parser.add_argument("--decode-max-m", type=int, default=64)
+    parser.add_argument("--before", type=Path,
+                        help="an earlier results JSON of this study whose target table the page repeats for comparison")
     parser.add_argument("--render", action="store_true",
                         help="only write the .md and .png again from the --out JSON (no runs)")
     args = parser.parse_args(argv)
@@ -238,6 +267,16 @@ def render(doc: dict, out: Path) -> str:
              f"brackets). Curves: {png.name}.", ""]
     lines += markdown_table(["set", "proposer"] + [f"{b} evals/problem" for b in budgets],
                             summary_rows(curves, budgets))
+    final = max(budgets)
+    lines += ["", f"The target (issue 26): the policy reaches random search's final geomean (at {final} evaluations "
+                  f"per problem) in at most a third of random's evaluations; and the evaluations to reach 99% of it "
+                  "(mean curves over seeds, from one round of 4):", ""]
+    lines += target_table(curves)
+    if settings.get("before"):
+        before = json.loads(Path(settings["before"]).read_text())
+        lines += ["", f"The same for the earlier results `{settings['before']}` (commit {before['header']['commit']}, "
+                      "same scored file and settings unless its header says otherwise):", ""]
+        lines += target_table(before["curves"])
     for target in ("random", "sweep"):
         lines += ["", f"Evaluations per problem each policy needs (mean curve over seeds, from one round of 4) to "
                       f"reach the {target} proposer's mean geomean at b evaluations per problem:", ""]

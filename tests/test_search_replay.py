@@ -86,3 +86,18 @@ def test_warm_start_from_the_scored_gpu_is_refused(small_sweep):
         budget_replay.check_leave_one_gpu_out(env, [H100_SWEEP], small_sweep)
     other = REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json"
     budget_replay.check_leave_one_gpu_out(env, [other], small_sweep)
+
+
+def test_target_rows_judge_a_third_of_randoms_evaluations_and_99_percent():
+    """Random climbs to 1.0 at 32 per problem; warm-from-other-GPU reaches 1.0 at 9 (within 32 / 3), warm-from-other-
+    problems at 12 (not), cold rl never (99% of it at 20)."""
+    ramp = [min(1.0, 0.5 + b / 64) for b in range(1, 33)]
+    curves = {"g1000": {"random": [ramp, ramp],
+                        "rl": [[min(0.995, 0.5 + b / 40) for b in range(1, 33)]] * 2,
+                        "rl+warm (other GPU)": [[0.9 if b < 9 else 1.0 for b in range(1, 33)]] * 2,
+                        "rl+warm (other problems)": [[0.99 if b < 12 else 1.0 for b in range(1, 33)]] * 2}}
+    rows = {r[1]: r for r in budget_replay.target_rows(curves)}
+    assert rows["rl+warm (other GPU)"][2:6] == ["1.0000", "9 of 32", "yes (<= 10)", "9"]
+    assert rows["rl+warm (other problems)"][3:6] == ["12 of 32", "no (<= 10)", "4"]
+    assert rows["rl"][3:6] == ["> 32", "no (<= 10)", "20"]
+    assert rows["rl"][6] == str(budget_replay.evals_to_reach(0.99, ramp)) == "32"

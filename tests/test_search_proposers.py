@@ -1,0 +1,52 @@
+"""The policy proposer's local exploitation: once a problem has measured candidates, its exploit share goes first to
+the untried runtime knob variants (the family's knob grid) of the elites' kernels, best kernel first, in the order
+the policy prefers."""
+from cudal2_catalog.families import knob_grid
+from search.candidate import Candidate, Problem
+from search.policy import Policy
+from search.proposers import PolicyProposer, ProposalContext, knob_variants
+
+PROBLEM = Problem("nt", "fp16", 512, 512, 4096)
+BEST = "sm80_cute_fp16_nt_64x64x64_s3_w4"
+SECOND = "sm80_cute_fp16_nt_128x128x32_s4_w4"
+
+
+def measured_policy() -> Policy:
+    """A policy whose elites for PROBLEM are BEST (faster) and SECOND at default knobs, taught to prefer 4 splits
+    for this problem."""
+    policy = Policy(90, seed=0)
+    policy.update(PROBLEM, Candidate(config=SECOND), 1.0)
+    policy.update(PROBLEM, Candidate(config=BEST), 1.2)
+    for _ in range(5):
+        policy.imitate(PROBLEM, {"sm80_cute.splits": {4: 1.0}}, 1.0)
+    return policy
+
+
+def test_knob_variants_are_the_familys_grid_of_one_build():
+    variants = knob_variants(BEST, PROBLEM, "policy")
+    assert [c.knobs for c in variants] == [tuple(k) for k in knob_grid(BEST, PROBLEM.m, PROBLEM.n, PROBLEM.k)]
+    assert {c.build_key for c in variants} == {Candidate(config=BEST).build_key} and len(variants) > 4
+
+
+def test_the_exploit_share_goes_to_the_best_kernels_untried_knob_variants_preferred_first():
+    policy = measured_policy()
+    seen = {Candidate(config=BEST).id, Candidate(config=SECOND).id}
+    proposals = PolicyProposer(policy, exploit=0.5).propose(PROBLEM, ProposalContext(90, seen=seen), 4)
+    first, second = (p.candidate for p in proposals[:2])
+    assert first.config == BEST and first.knobs == (4, 0, 0)   # the variant the policy prefers
+    assert second.config == BEST and second.id not in seen
+    assert second.knobs in {tuple(k) for k in knob_grid(BEST, PROBLEM.m, PROBLEM.n, PROBLEM.k)}
+
+
+def test_the_next_kernels_variants_follow_once_the_best_kernels_are_tried():
+    policy = measured_policy()
+    seen = {c.id for c in knob_variants(BEST, PROBLEM, "x")} | {Candidate(config=BEST).id, Candidate(config=SECOND).id}
+    proposals = PolicyProposer(policy, exploit=0.5).propose(PROBLEM, ProposalContext(90, seen=seen), 4)
+    assert [(p.candidate.config, p.candidate.knobs) for p in proposals[:2]][0] == (SECOND, (4, 0, 0))
+    assert proposals[1].candidate.config == SECOND
+
+
+def test_no_measurement_no_exploitation():
+    """Before a problem has elites the proposals are the library's and the policy's (no knob variants first)."""
+    proposals = PolicyProposer(Policy(90, seed=0), exploit=0.5).propose(PROBLEM, ProposalContext(90), 4)
+    assert len(proposals) == 4 and all(p.candidate.knobs == (0, 0, 0) for p in proposals[:3])
