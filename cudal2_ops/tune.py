@@ -167,9 +167,12 @@ class ProblemRun:
         _C.tuning.run_kernel(name, self.a, self.b, None, self.out, self.problem.layout, *knobs)
 
 
-def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None) -> list[tuple[str, Knobs]]:
+def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None,
+                      extra: list[tuple[str, Knobs]] = ()) -> list[tuple[str, Knobs]]:
     """Kernels to time for `problem`: none; the base table's kernel for it ("table"); or every loaded kernel of the
-    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all")."""
+    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all"). In the
+    "table" and "all" modes the `extra` kernels (e.g. a sweep's fastest on this problem) are added where the loaded
+    library holds them."""
     import torch
 
     from cudal2_ops._extension import _C
@@ -177,6 +180,9 @@ def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None) -> l
     found = []
     if base_entry and base_entry.get("kernel") and mode in ("table", "all"):
         found.append((base_entry["kernel"], Knobs.from_dict(base_entry)))
+    if mode in ("table", "all"):
+        loaded = set(_C.kernel_names())
+        found += [(name, knobs) for name, knobs in extra if name in loaded and (name, knobs) not in found]
     if mode == "all":
         major, minor = torch.cuda.get_device_capability()
         cc = 10 * major + minor
@@ -265,9 +271,11 @@ def disable_pdl() -> None:
 
 
 def tune(problems: list[Problem], base_entries: dict, kernels_mode: str = "table", margin: float = DEFAULT_MARGIN,
-         progress: bool = True, deadline: float | None = None) -> tuple[dict, Summary]:
+         progress: bool = True, deadline: float | None = None,
+         extra_kernels: dict[str, list[tuple[str, Knobs]]] | None = None) -> tuple[dict, Summary]:
     """Tunes `problems` (see the module docstring); returns their entries and a summary against `base_entries`.
-    With a `deadline` (time.perf_counter() value) no problem is started after it; the rest are in summary.skipped."""
+    With a `deadline` (time.perf_counter() value) no problem is started after it; the rest are in summary.skipped.
+    `extra_kernels` maps a problem's key to more kernels to time on it (`kernel_candidates`)."""
     from cudal2_ops._extension import _C
 
     if _C is None:
@@ -277,7 +285,9 @@ def tune(problems: list[Problem], base_entries: dict, kernels_mode: str = "table
         if deadline is not None and time.perf_counter() > deadline:
             summary.skipped = [p.key for p in problems[i:]]
             break
-        entry = tune_problem(problem, kernel_candidates(problem, kernels_mode, base_entries.get(problem.key)), margin)
+        kernels = kernel_candidates(problem, kernels_mode, base_entries.get(problem.key),
+                                    (extra_kernels or {}).get(problem.key, ()))
+        entry = tune_problem(problem, kernels, margin)
         if not entry:
             summary.unsupported.append(problem.key)
             continue

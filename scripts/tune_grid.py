@@ -1,6 +1,7 @@
 """Regenerates a GPU's shipped measured choices: tunes every problem of the reference grids (G1000 and the LLM
 projection shapes, M = 1 ... 16384) in the given layouts and dtypes with `cudal2_ops.tune` (every cuBLASLt heuristic
-candidate and the table's kernel for the problem, PDL off) and writes the table plus a results file.
+candidate, the table's kernel for the problem and, with --sweeps, a sweep's fastest kernels on it; PDL off) and writes
+the table plus a results file.
 
     python scripts/tune_grid.py --shapes g1000,llm --layouts nn,nt --dtypes fp16,bf16 \\
         --base kernels/sm90/nvidia_h100_80gb_hbm3.json --out OUT/nvidia_h100_80gb_hbm3.json --results OUT/tune.json
@@ -20,11 +21,37 @@ import torch
 
 from cudal2_ops import tune
 from cudal2_testing.measure import env, shapes
+from search.table_select import from_sweep_rows, merge_sweeps, read_sweep
+
+SWEEP_TOP = 3  # a sweep's fastest kernels per problem that the tuner times beside the table's
 
 
 def problems_of(shape_set: str, layout: str, dtype: str, sample: int | None, seed: int) -> list[tune.Problem]:
     """The problems of one shape set in one layout and dtype."""
     return [tune.Problem(layout, dtype, m, n, k) for m, n, k in shapes.load(shape_set, sample, seed)]
+
+
+def sweep_kernels(paths: list[Path], top: int = SWEEP_TOP) -> dict[str, list[tuple[str, tune.Knobs]]]:
+    """{problem key: kernels} from sweep files (`python -m search.sweep`, later files win per problem): the `top`
+    fastest correct candidates of each problem that were faster than the sweep's cuBLASLt-autotune baseline; a problem
+    swept in one of fp16 / bf16 only also gets its twin's kernels in its own dtype (kernel names carry the dtype; the
+    tuner times them on the problem itself and skips names the library lacks)."""
+    if not paths:
+        return {}
+    found = {}
+    rows = from_sweep_rows(merge_sweeps([read_sweep(p) for p in paths])["rows"])
+    swept = {measured.key for measured in rows}
+    for measured in rows:
+        fast = sorted((c for c in measured.candidates if c.correct and c.us and measured.baseline_us
+                       and c.us < measured.baseline_us), key=lambda c: c.us)[:top]
+        if fast:
+            found[measured.key] = [(c.kernel, c.knobs) for c in fast]
+    for key, kernels in list(found.items()):
+        for this, twin in (("_fp16_", "_bf16_"), ("_bf16_", "_fp16_")):
+            twin_key = f"_{key}_".replace(this, twin)[1:-1]
+            if this in f"_{key}_" and twin_key not in swept:
+                found[twin_key] = [(name.replace(this, twin), knobs) for name, knobs in kernels]
+    return found
 
 
 def write(args: argparse.Namespace, base: dict | None, entries: dict, runs: list[dict]) -> None:
@@ -52,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the table to write")
     parser.add_argument("--results", type=Path, required=True, help="the results file to write")
     parser.add_argument("--margin", type=float, default=tune.DEFAULT_MARGIN)
+    parser.add_argument("--sweeps", type=Path, nargs="*", default=[],
+                        help="sweep results files (python -m search.sweep, .json or .json.gz) of this GPU: each "
+                             f"problem's {SWEEP_TOP} fastest kernels that beat the sweep's cuBLASLt-autotune are timed "
+                             "too (a kernel the loaded library lacks is skipped)")
     parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
                         "file lists those left); problems run smallest first")
     args = parser.parse_args(argv)
@@ -61,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     tune.disable_pdl()
     base = json.loads(args.base.read_text()) if args.base.exists() else None
     base_entries = (base or {}).get("entries", {})
+    extra = sweep_kernels(args.sweeps)
     runs, entries = [], {}
     deadline = time.perf_counter() + args.budget_s if args.budget_s else None
     for shape_set in args.shapes.split(","):
@@ -70,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                                   key=lambda p: p.m * p.n * p.k)
                 t0 = time.perf_counter()
                 tuned, summary = tune.tune(problems, base_entries, "table", args.margin, progress=False,
-                                           deadline=deadline)
+                                           deadline=deadline, extra_kernels=extra)
                 entries.update(tuned)
                 runs.append({"shapes": shapes.set_label(shape_set, args.sample), "layout": layout, "dtype": dtype,
                              "problems": len(problems), "seconds": round(time.perf_counter() - t0, 1),

@@ -40,6 +40,18 @@ def test_every_heuristic_candidate_runs_from_its_configuration(layout, dtype):
         assert run.correct(lambda config=config: run.run_config(config)), config
 
 
+def test_extra_kernels_are_timed_where_the_library_holds_them():
+    problem = tune.Problem("nt", "fp16", 64, 64, 64)
+    loaded = sorted(n for n in _C.kernel_names() if _C.kernel_info(n)["layout"] == "nt"
+                    and _C.kernel_info(n)["dtype"] == "fp16" and n.startswith("sm80"))
+    assert loaded, "no sm80 nt fp16 kernel in the library"
+    extra = [(loaded[0], tune.Knobs()), ("no_such_kernel", tune.Knobs())]
+    assert tune.kernel_candidates(problem, "table", None, extra) == [(loaded[0], tune.Knobs())]
+    assert tune.kernel_candidates(problem, "none", None, extra) == []
+    entry = tune.tune_problem(problem, tune.kernel_candidates(problem, "table", None, extra), margin=-1.0)
+    assert entry["kernel"] == loaded[0]  # a negative margin: the kernel is chosen whenever it ran correctly
+
+
 def test_an_unknown_configuration_is_refused_with_its_reason():
     run = tune.ProblemRun.make(tune.Problem("nt", "fp16", 64, 64, 64))
     with pytest.raises(RuntimeError, match="cuBLASLt"):

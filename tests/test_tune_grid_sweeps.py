@@ -1,0 +1,64 @@
+"""scripts/tune_grid.py's sweep-fed candidates: each problem's fastest kernels that beat the sweep's cuBLASLt-autotune
+(CPU; the tuner then times them beside the table's kernel on the GPU)."""
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+from cudal2_catalog.config import Knobs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_tune_grid():
+    spec = importlib.util.spec_from_file_location("tune_grid", REPO / "scripts" / "tune_grid.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sweep(rows):
+    env = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "capability": [9, 0], "cuda": "13.0"}
+    return {"run_id": "s", "environment": env, "protocol": "p", "rows": rows}
+
+
+def row(m, baseline_us, *candidates):
+    return {"layout": "nt", "dtype": "fp16", "m": m, "n": 64, "k": 64, "baseline_us": baseline_us,
+            "candidates": [{"kernel": k, "splits": s, "correct": ok, "us": us} for k, s, ok, us in candidates]}
+
+
+def test_the_fastest_correct_kernels_under_the_baseline(tmp_path):
+    tune_grid = load_tune_grid()
+    path = tmp_path / "sweep.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(sweep([
+        row(64, 10.0, ("a", 0, True, 9.0), ("b", 0, True, 8.0), ("c", 2, True, 7.0), ("d", 0, True, 6.0),
+            ("wrong", 0, False, 1.0), ("slow", 0, True, 11.0)),
+        row(128, 10.0, ("slow", 0, True, 10.5)),
+    ])).encode()))
+    found = tune_grid.sweep_kernels([path], top=3)
+    assert found["nt_fp16_64_64_64"] == [("d", Knobs()), ("c", Knobs(splits=2)), ("b", Knobs())]
+    assert set(found) == {"nt_fp16_64_64_64", "nt_bf16_64_64_64"}
+
+
+def test_a_later_sweep_wins_per_problem(tmp_path):
+    tune_grid = load_tune_grid()
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps(sweep([row(64, 10.0, ("old", 0, True, 5.0))])))
+    second.write_text(json.dumps(sweep([row(64, 10.0, ("new", 0, True, 6.0))])))
+    assert tune_grid.sweep_kernels([first, second])["nt_fp16_64_64_64"] == [("new", Knobs())]
+    assert tune_grid.sweep_kernels([]) == {}
+
+
+def test_a_dtype_twin_gets_the_kernels_in_its_own_dtype_unless_swept(tmp_path):
+    tune_grid = load_tune_grid()
+    path = tmp_path / "sweep.json"
+    bf16_row = {**row(128, 10.0, ("sm80_cute_bf16_nt_a", 0, True, 9.0)), "dtype": "bf16"}
+    path.write_text(json.dumps(sweep([row(64, 10.0, ("sm80_cute_fp16_nt_b", 1, True, 9.0)),
+                                      row(128, 10.0, ("sm80_cute_fp16_nt_c", 0, True, 9.0)), bf16_row,
+                                      row(256, 10.0, ("sm80_cute_fp16_nt_d", 0, True, 9.0)),
+                                      {**row(256, 10.0, ("slow", 0, True, 11.0)), "dtype": "bf16"}])))
+    found = tune_grid.sweep_kernels([path])
+    assert found["nt_bf16_64_64_64"] == [("sm80_cute_bf16_nt_b", Knobs(splits=1))]
+    assert found["nt_bf16_128_64_64"] == [("sm80_cute_bf16_nt_a", Knobs())]  # swept in bf16: its own measurement
+    assert found["nt_fp16_128_64_64"] == [("sm80_cute_fp16_nt_c", Knobs())]
+    assert "nt_bf16_256_64_64" not in found  # swept in bf16 with nothing faster than cuBLASLt: no twin
