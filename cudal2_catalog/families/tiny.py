@@ -15,15 +15,17 @@ a fixed source order and stores them: deterministic.
 Config fields used: dtype, layout, tile_m / tile_n (16..128), tile_k (K per stage), stages (>= 2), warps (covering
 warps times the most K groups).
 
-Where the second version's fixed latency went (64x64x64 fp16 on an H100, 2.5 us against cuBLASLt's 2.2 and
-sm80_cute's 2.1 with 2 warps on 16x64 tiles): 16 warps on a 32x32 tile (4 K groups of 2x2 16x16 warp tiles, 2 mma per
-warp), so 512 threads to launch and to meet at every barrier for 4096 outputs; 79 KB of shared memory (5 stages of
-which a K = 64 problem uses one, plus a 30 KB receive buffer sized for 16 splits) to configure per CTA; and after the
-math a second round through shared memory (every warp writes its 16x16 fp32 partial, a CTA barrier, 256 threads sum
-4 sources and store 4-byte pairs, reading the bias only then: a dependent global load in the tail). sm80_cute stages
-its epilogue through shared memory too, but with 64 threads and no reduction. Long K scaled badly because each CTA's
-K range went through 4 K groups whose every K tile costs a 512-thread barrier, while the operands per SM (64 KB at
-K = 512) stream through one SM.
+Where the second version's fixed latency went (read from its code, not profiled; 64x64x64 fp16 on an H100: 2.5 us
+against cuBLASLt's 2.2 and sm80_cute's 2.1 with 2 warps on 16x64 tiles): 16 warps on a 32x32 tile (4 K groups of 2x2
+16x16 warp tiles, 2 mma per warp), so 512 threads to launch and to meet at every barrier for 4096 outputs; after the
+math a second round through shared memory (every warp writes its 16x16 fp32 partial, a CTA barrier, 256 threads sum 4
+sources and store 4-byte pairs, reading the bias only then: a dependent global load in the tail). Its 5 stages cost
+no wait at K = 64 (the 3 empty cp.async groups complete at once), only footprint: 76-79 KB per CTA (5 stages of which
+one is used, plus a 30 KB receive buffer sized for 16 splits), which matters only where it limits co-residency or
+changes the carveout between kernels. sm80_cute stages its epilogue through shared memory too (two barriers, 16-byte
+stores, the bias read after the math), but with 64 threads and no reduction. Long K scaled badly because every K
+tile costs a 512-thread wait and barrier while each warp does 2 mma, and because one SM streams a CTA's whole operand
+range (64 KB at K = 512 on 32x32 tiles) unless the cluster split spreads it.
 
 Cost model (H100 SXM, ~1.75 GHz under load; to check against the sweep's measurements), time of one kernel node:
     t = t_node + t_round_trip + max(t_math, t_stream) + t_reduce + t_store
