@@ -14,6 +14,9 @@ DTYPES = ("fp16", "bf16")
 LAYOUTS = ("nn", "nt")
 EPILOGUES = ("nosmem",)         # non-default values of HgemmConfig.epilogue (name tokens)
 SPLITK_POLICIES = ("workspace",)  # non-default values of HgemmConfig.splitk (name tokens)
+# Code-level fields of one family's template (HgemmConfig.reg_pipeline, smem_prefetch, stagger_ab): any other family
+# must leave them at their defaults, so that no other kernel's name carries their tokens.
+FAMILY_FIELDS = {"reg_pipeline": "sm80_cute", "smem_prefetch": "sm80_cute", "stagger_ab": "sm80_cute"}
 
 # Where each family's generated sources live, and which GPU architectures they are compiled for.
 ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80", "tiny": "sm80"}
@@ -58,9 +61,14 @@ class HgemmConfig:
     scheduler: "persistent" | "streamk" (sm90). warps: warps per CTA (sm80, decode, tiny).
     swap_ab: compute D^T = B A^T so that the weight rows tile CUTLASS's M and the small M its N (sm90, NT only):
     tile_m then counts weight rows and tile_n rows of A.
-    epilogue: "" (the family's default) | "nosmem" (sm90: accumulators stored straight from registers, no shared
-    memory staging and no TMA store). splitk: "" (the family's default reduction of split-K partials) | "workspace"
+    epilogue: "" (the family's default) | "nosmem" (accumulators stored straight from registers, no shared memory
+    staging: sm90 without the TMA store; sm80_cute with 32-bit stores of column pairs instead of 128-bit stores of
+    the tile staged in shared memory). splitk: "" (the family's default reduction of split-K partials) | "workspace"
     (sm80_cute: partials always go through the workspace and a reduction kernel, never a cluster launch).
+    Code-level fields of the sm80_cute mainloop (FAMILY_FIELDS; every other family leaves them at their defaults):
+    reg_pipeline: register fragment buffers (2 = ldmatrix of k-block i+1 while computing i; 1 = load k-block i, then
+    compute it; 3 = two k-blocks ahead). smem_prefetch: how many K tiles cp.async runs ahead (0 = stages-1).
+    stagger_ab: issue a tile's B copies one k-block after its A copies, between the MMAs.
     """
 
     family: str
@@ -78,6 +86,9 @@ class HgemmConfig:
     swap_ab: bool = False
     epilogue: str = ""
     splitk: str = ""
+    reg_pipeline: int = 2
+    smem_prefetch: int = 0
+    stagger_ab: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -90,6 +101,14 @@ class HgemmConfig:
             raise ValueError(f"unknown epilogue {self.epilogue!r}; supported: '' (default) or one of {EPILOGUES}")
         if self.splitk and self.splitk not in SPLITK_POLICIES:
             raise ValueError(f"unknown splitk {self.splitk!r}; supported: '' (default) or one of {SPLITK_POLICIES}")
+        if type(self.reg_pipeline) is not int or self.reg_pipeline < 1:
+            raise ValueError(f"reg_pipeline {self.reg_pipeline!r}: register fragment buffers, an int >= 1")
+        if type(self.smem_prefetch) is not int or self.smem_prefetch < 0:
+            raise ValueError(f"smem_prefetch {self.smem_prefetch!r}: K tiles loaded ahead, an int >= 0 (0 = stages-1)")
+        for field, family in FAMILY_FIELDS.items():
+            default = HgemmConfig.__dataclass_fields__[field].default
+            if self.family != family and getattr(self, field) != default:
+                raise ValueError(f"{field} is a {family} field: leave it at {default!r} for {self.family}")
 
     @property
     def name(self) -> str:
@@ -109,6 +128,12 @@ class HgemmConfig:
             parts.append(self.epilogue)
         if self.splitk:
             parts.append(self.splitk)
+        if self.reg_pipeline != 2:
+            parts.append(f"r{self.reg_pipeline}")
+        if self.smem_prefetch:
+            parts.append(f"p{self.smem_prefetch}")
+        if self.stagger_ab:
+            parts.append("stagger")
         return "_".join(parts)
 
     @property
@@ -144,6 +169,12 @@ class HgemmConfig:
                 fields["epilogue"] = token
             elif token in SPLITK_POLICIES:
                 fields["splitk"] = token
+            elif m := re.fullmatch(r"r(\d+)", token):
+                fields["reg_pipeline"] = int(m[1])
+            elif m := re.fullmatch(r"p(\d+)", token):
+                fields["smem_prefetch"] = int(m[1])
+            elif token == "stagger":
+                fields["stagger_ab"] = True
             else:
                 raise ValueError(f"kernel name {name!r}: unknown part {token!r}")
         cfg = cls(**fields)

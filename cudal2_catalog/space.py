@@ -11,12 +11,12 @@ import dataclasses
 import random
 from typing import Any
 
-from cudal2_catalog.config import FAMILIES, HgemmConfig, Knobs
+from cudal2_catalog.config import FAMILIES, FAMILY_FIELDS, HgemmConfig, Knobs
 from cudal2_catalog.families import family_module
 
 # HgemmConfig fields a point chooses (dtype and layout come from the problem) and the runtime knobs.
 CONFIG_FIELDS = ("tile_m", "tile_n", "tile_k", "stages", "cluster_m", "cluster_n", "schedule", "scheduler", "warps",
-                 "swap_ab", "epilogue", "splitk")
+                 "swap_ab", "epilogue", "splitk", "reg_pipeline", "smem_prefetch", "stagger_ab")
 KNOB_FIELDS = Knobs._fields
 POINT_FIELDS = ("family", "dtype", "layout", *CONFIG_FIELDS, *KNOB_FIELDS)
 
@@ -36,8 +36,15 @@ MEANINGS = {
     "scheduler": "sm90 tile scheduler: persistent (data parallel) or streamk (K work split evenly over SMs)",
     "warps": "warps per CTA (sm80_cute, decode, tiny)",
     "swap_ab": "compute D^T = B A^T so that small M sits on the MMA's narrow N side (sm90, nt only)",
-    "epilogue": "'' = stage D in shared memory and store by TMA; nosmem = store from registers (sm90 persistent)",
+    "epilogue": "'' = stage D in shared memory (sm90: TMA store; sm80_cute: 128-bit stores); nosmem = store from "
+                "registers (sm90 persistent; sm80_cute: 32-bit stores of column pairs, no shared-memory round trip)",
     "splitk": "'' = the family's split-K reduction; workspace = partials always through a workspace (sm80_cute)",
+    "reg_pipeline": "sm80_cute: k-blocks (16 deep) of ldmatrix fragments in registers at once: 2 = load k-block i+1 "
+                    "while the MMAs of i run (default), 1 = load i then compute it (fewer registers), 3 = two "
+                    "k-blocks ahead (tile_k 64; refused when the register estimate exceeds 255 per thread)",
+    "smem_prefetch": "sm80_cute: K tiles the cp.async pipeline runs ahead, 1..stages-2 (0 = stages-1, the deepest)",
+    "stagger_ab": "sm80_cute: issue a K tile's B copies one k-block after its A copies, between the MMAs (spreads "
+                  "the global loads)",
     "splits": "runtime split-K parts (0 = the kernel's automatic choice; stream-K decomposition on sm90; tiny: CTAs of "
               "a cluster, 1..8)",
     "swizzle": "runtime CTA swizzle group: output tiles walked together for L2 reuse (0 = default)",
@@ -45,12 +52,18 @@ MEANINGS = {
 }
 
 
+CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(HgemmConfig) if f.name in CONFIG_FIELDS}
+
+
 def family_space(family: str) -> tuple[dict[str, tuple], dict[str, tuple]]:
-    """(config field -> choices, knob -> choices) of `family`, from its module's SPACE and KNOB_SPACE."""
+    """(config field -> choices, knob -> choices) of `family`, from its module's SPACE and KNOB_SPACE; a code-level
+    field of another family (config.FAMILY_FIELDS) that SPACE leaves out has HgemmConfig's default as its one choice."""
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; supported: {FAMILIES}")
     module = family_module(family)
-    return module.SPACE, module.KNOB_SPACE
+    fields = {name: (CONFIG_DEFAULTS[name],) for name, owner in FAMILY_FIELDS.items() if owner != family}
+    fields.update(module.SPACE)
+    return fields, module.KNOB_SPACE
 
 
 def families_for(arch: int) -> tuple[str, ...]:

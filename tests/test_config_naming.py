@@ -13,6 +13,9 @@ from cudal2_catalog.config import DEFAULT_KNOBS, HgemmConfig, Knobs
     HgemmConfig("sm90_tma_ws", "fp16", "nt", 64, 64, 64, schedule="pingpong", scheduler="persistent",
                 epilogue="nosmem"),
     HgemmConfig("sm80_cute", "fp16", "nt", 32, 32, 64, stages=4, warps=2, splitk="workspace"),
+    HgemmConfig("sm80_cute", "fp16", "nn", 160, 96, 32, stages=3, warps=4, epilogue="nosmem", reg_pipeline=1,
+                smem_prefetch=1, stagger_ab=True),
+    HgemmConfig("sm80_cute", "bf16", "nt", 64, 64, 64, stages=4, warps=4, splitk="workspace", reg_pipeline=3),
 ])
 def test_name_round_trip(cfg):
     assert HgemmConfig.from_name(cfg.name) == cfg
@@ -48,9 +51,21 @@ def test_unknown_code_choice_rejected(field):
         HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 32, **{field: "bogus"})
 
 
-def test_non_canonical_name_rejected():
+@pytest.mark.parametrize("suffix", ["_bogus", "_r2", "_p0", "_stagger_r1"])
+def test_non_canonical_name_rejected(suffix):
     with pytest.raises(ValueError):
-        HgemmConfig.from_name("sm80_cute_fp16_nt_64x64x32_s3_w4_bogus")
+        HgemmConfig.from_name("sm80_cute_fp16_nt_64x64x32_s3_w4" + suffix)
+
+
+def test_code_level_fields_suffix_the_name_and_are_checked():
+    cfg = HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 64, stages=4, warps=4, reg_pipeline=3, smem_prefetch=2,
+                      stagger_ab=True)
+    assert cfg.name == "sm80_cute_fp16_nt_64x64x64_s4_w4_r3_p2_stagger"
+    for bad in (dict(reg_pipeline=0), dict(smem_prefetch=-1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 64, **bad)
+    with pytest.raises(ValueError, match="reg_pipeline is a sm80_cute field"):
+        HgemmConfig("tiny", "fp16", "nt", 32, 32, 64, reg_pipeline=1)
 
 
 def test_knobs_follow_the_abi_order_and_default_to_zero():

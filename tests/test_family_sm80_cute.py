@@ -40,8 +40,12 @@ def test_default_set_covers_dtypes_and_layouts():
     (with_(stages=7), 90, "stages"),
     (with_(cluster_n=2), 90, "cluster"),
     (with_(tile_m=48), 80, "warp grid"),
-    (with_(tile_n=96), 80, "multiple of 64"),
-    (with_(tile_n=48, tile_m=16, warps=1), 80, "multiple of 64"),
+    (with_(tile_n=40, tile_m=16, warps=1), 80, "warp grid"),
+    (with_(reg_pipeline=3), 80, "tile_k 32 has 2"),
+    (with_(reg_pipeline=4, tile_k=64), 80, "reg_pipeline 4 not in"),
+    (with_(reg_pipeline=3, tile_k=64), 90, "registers"),
+    (with_(smem_prefetch=3), 80, "smem_prefetch 3 must be 1..stages-2 = 2"),
+    (with_(stages=2, smem_prefetch=1), 90, "smem_prefetch"),
     (with_(tile_m=64, tile_n=32, warps=8), 80, "K-major B copy"),
     (with_(layout="nn", tile_m=64, tile_n=32, warps=8), 80, "N-major B copy"),
     (with_(tile_m=16, tile_n=16, warps=2), 80, "warp grid"),
@@ -69,6 +73,29 @@ def test_small_tiles_with_few_warps_feasible(cfg):
     assert sm80_cute.warp_grid(cfg)[0] * 16 <= cfg.tile_m and sm80_cute.warp_grid(cfg)[1] * 16 <= cfg.tile_n
 
 
+@pytest.mark.parametrize("cfg", [
+    with_(tile_n=96),                                         # 32-wide N atoms
+    with_(layout="nn", tile_m=160, tile_n=64),                # tile_m 160: "BM=160 for M=8192"
+    with_(layout="nn", tile_m=48, tile_n=96, tile_k=64, warps=2),
+    with_(tile_m=16, tile_n=48, warps=1),                     # 16-wide N atoms
+], ids=lambda c: c.name)
+def test_tiles_that_are_not_powers_of_two_feasible(cfg):
+    assert sm80_cute.feasible(cfg, 80) == (True, "")
+    assert cfg.tile_n % sm80_cute.n_atom_width(cfg) == 0
+
+
+def test_register_estimate_bounds_the_deeper_register_pipeline():
+    """reg_pipeline 3 adds a k-block of fragments: refused where the estimate passes 255, kept where it does not;
+    the default's estimate never refuses (the 128x128x32 default is at the limit)."""
+    deep = with_(tile_k=64, reg_pipeline=3)
+    assert sm80_cute.estimated_registers(deep) > sm80_cute.MAX_REGISTERS >= sm80_cute.estimated_registers(
+        with_(tile_k=64, reg_pipeline=1))
+    assert not sm80_cute.feasible(deep, 90)[0]
+    assert sm80_cute.feasible(with_(tile_k=64, reg_pipeline=1), 90) == (True, "")
+    assert sm80_cute.feasible(with_(tile_m=64, tile_n=64, tile_k=64, reg_pipeline=3), 90) == (True, "")
+    assert sm80_cute.feasible(with_(tile_k=64), 90) == (True, "")
+
+
 def test_shared_memory_limit_depends_on_arch():
     cfg = with_(tile_m=128, tile_n=256, warps=8, tile_k=64, stages=5)  # 240 KiB: too big even on sm90
     assert not sm80_cute.feasible(cfg, 90)[0]
@@ -88,6 +115,35 @@ def test_render_is_deterministic_and_names_the_config():
     assert f"CUDAL2_SM80_CUTE_KERNEL({BASE.name}, cutlass::half_t, /*B_N_MAJOR=*/false, 128, 128, 32, 4, 4)" in text
     nn_bf16 = codegen.render(with_(layout="nn", dtype="bf16"))
     assert "cutlass::bfloat16_t, /*B_N_MAJOR=*/true" in nn_bf16
+
+
+def test_default_render_is_the_original_source():
+    """Code-level fields at their defaults generate the source the family always generated (kernel names and the
+    shipped tables stay valid; the kernel's machine code is unchanged)."""
+    cfg = sm80_cute.default_configs()[0]
+    assert not sm80_cute.has_code_fields(cfg)
+    assert sm80_cute.render(cfg) == (
+        '#include "cudal2/sm80_cute.cuh"\n\nCUDAL2_SM80_CUTE_KERNEL(sm80_cute_fp16_nn_64x64x64_s3_w4, cutlass::half_t, '
+        '/*B_N_MAJOR=*/true, 64, 64, 64, 4, 3)\n')
+    assert sm80_cute.render(with_(splitk="workspace")).count("CUDAL2_SM80_CUTE_KERNEL_SPLITK(") == 1
+
+
+@pytest.mark.parametrize("changes, suffix, arguments", [
+    (dict(reg_pipeline=1), "_r1", "kAuto, /*REG_PIPELINE=*/1, /*SMEM_PREFETCH=*/3, /*STAGGER_AB=*/false, kSmem"),
+    (dict(smem_prefetch=2), "_p2", "kAuto, /*REG_PIPELINE=*/2, /*SMEM_PREFETCH=*/2, /*STAGGER_AB=*/false, kSmem"),
+    (dict(stagger_ab=True), "_stagger", "/*STAGGER_AB=*/true, kSmem"),
+    (dict(epilogue="nosmem"), "_nosmem", "/*STAGGER_AB=*/false, kDirect"),
+    (dict(epilogue="nosmem", splitk="workspace", reg_pipeline=1, smem_prefetch=1, stagger_ab=True),
+     "_nosmem_workspace_r1_p1_stagger", "kWorkspace, /*REG_PIPELINE=*/1, /*SMEM_PREFETCH=*/1, /*STAGGER_AB=*/true, kDirect"),
+])
+def test_code_fields_name_and_render(changes, suffix, arguments):
+    cfg = with_(**changes)
+    assert cfg.name == BASE.name + suffix
+    assert HgemmConfig.from_name(cfg.name) == cfg
+    assert sm80_cute.feasible(cfg, 80) == (True, "")
+    text = codegen.render(cfg)
+    assert f"CUDAL2_SM80_CUTE_KERNEL_CODE({cfg.name}, cutlass::half_t, /*B_N_MAJOR=*/false, 128, 128, 32, 4, 4, " in text
+    assert text.rstrip().endswith(arguments + ")")
 
 
 def test_render_rejects_infeasible():
@@ -110,6 +166,11 @@ def test_generated_sources_are_current():
 @pytest.mark.parametrize("cfg", [
     with_(layout="nn", tile_m=64, tile_n=64, tile_k=64, stages=3),
     with_(layout="nn", tile_m=16, tile_n=32, tile_k=32, warps=1, stages=4),  # small tile: 32-wide N-major atoms
+    # every code-level path: no register pipelining, shallow prefetch, staggered B copies, stores from registers,
+    # with 32-wide N-major atoms of a 96-wide tile; then the deeper register pipeline
+    with_(layout="nn", tile_m=48, tile_n=96, tile_k=32, warps=2, stages=3, reg_pipeline=1, smem_prefetch=1,
+          stagger_ab=True, epilogue="nosmem"),
+    with_(tile_m=64, tile_n=64, tile_k=64, stages=4, reg_pipeline=3, smem_prefetch=2, stagger_ab=True),
 ], ids=lambda c: c.name)
 def test_compiles_for_sm80_without_spills(tmp_path, kernel_toolchain, cfg):
     """Representative configs compile for sm_80 with no register spills and no local memory."""

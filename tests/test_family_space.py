@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cudal2_catalog.config import DEFAULT_KNOBS, EPILOGUES, FAMILIES, SPLITK_POLICIES, HgemmConfig, Knobs
+from cudal2_catalog.config import DEFAULT_KNOBS, EPILOGUES, FAMILIES, FAMILY_FIELDS, SPLITK_POLICIES, HgemmConfig, Knobs
 from cudal2_catalog.families import family_module, knob_grid
 
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(HgemmConfig) if f.name != "family")
@@ -30,13 +30,27 @@ def outside_values(field: str, space: tuple) -> list:
     return [v for v in ("bogus",) if v not in space]
 
 
+def own_fields(family: str) -> set[str]:
+    """The config fields a family's SPACE names: all but the code-level fields of other families' templates."""
+    return {f for f in CONFIG_FIELDS if FAMILY_FIELDS.get(f, family) == family}
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_space_names_every_config_field(family: str) -> None:
     fam = family_module(family)
-    assert set(fam.SPACE) == set(CONFIG_FIELDS)
+    assert set(fam.SPACE) == own_fields(family)
     assert all(isinstance(values, tuple) and values for values in fam.SPACE.values())
     assert set(fam.KNOB_SPACE) == set(Knobs._fields)
     assert all(0 in values for values in fam.KNOB_SPACE.values()), "0 (the kernel's default) is always a knob value"
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in FAMILY_FIELDS.values()])
+@pytest.mark.parametrize("field", sorted(FAMILY_FIELDS))
+def test_other_families_refuse_a_code_level_field(family: str, field: str) -> None:
+    base = family_module(family).default_configs()[0]
+    value = True if field == "stagger_ab" else 3
+    with pytest.raises(ValueError, match=f"{field} is a {FAMILY_FIELDS[field]} field"):
+        dataclasses.replace(base, **{field: value})
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -211,6 +211,21 @@ def test_points_feasibility_and_cheats(endpoint):
     assert "cuBLAS" in reasons["cublas"]
 
 
+def test_code_level_points_are_described_validated_and_refused_with_the_reason(endpoint):
+    """The prompt's schema describes sm80_cute's code-level fields; a point setting them is a candidate, an
+    infeasible one (a third register buffer in a 32-deep K tile) is INFEASIBLE with the rule it breaks, and a value
+    outside the space is MALFORMED naming the field."""
+    code = {**GOOD_POINT, "stages": 4, "reg_pipeline": 1, "smem_prefetch": 2, "stagger_ab": True, "epilogue": "nosmem"}
+    too_deep = {**GOOD_POINT, "tile_k": 32, "reg_pipeline": 3}
+    ScriptedChat.script = [answer([code, too_deep, {**GOOD_POINT, "reg_pipeline": 7}])]
+    good, infeasible, outside = proposer_at(endpoint).propose(PROBLEM, ProposalContext(arch=90), 3)
+    assert good.status == "" and good.candidate.config.endswith("_nosmem_r1_p2_stagger")
+    assert infeasible.status == INFEASIBLE and "reg_pipeline 3 needs as many k-blocks" in infeasible.reason
+    assert outside.status == MALFORMED and "reg_pipeline=7" in outside.reason
+    prompt = "\n".join(m["content"] for m in ScriptedChat.requests[0]["messages"])
+    assert all(f'"{field}"' in prompt for field in ("reg_pipeline", "smem_prefetch", "stagger_ab"))
+
+
 def test_unreachable_endpoint_is_one_malformed_proposal():
     proposer = LLMProposer(ChatClient("http://127.0.0.1:9/v1", "m", timeout_s=2.0, max_retries=0))
     (only,) = proposer.propose(PROBLEM, ProposalContext(arch=80), 2)

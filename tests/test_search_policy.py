@@ -88,3 +88,17 @@ def test_rl_beats_random_and_the_sweep_heuristic_at_equal_budget():
     assert mean["rl"] > mean["sweep"] + 0.005, scores
     assert mean["rl"] > mean["random"] + 0.1, scores
     assert min(r - s for r, s in zip(scores["rl"], scores["sweep"])) > -0.005, scores
+
+
+def test_the_policy_samples_the_code_level_fields():
+    """Each code-level field of sm80_cute is a dimension the policy draws: off-default values come up (their prior is
+    lower: no default kernel uses them), and a mutation can move one."""
+    policy = Policy(90, seed=1)
+    for field in ("reg_pipeline", "smem_prefetch", "stagger_ab", "epilogue"):
+        assert len(policy.dims[f"sm80_cute.{field}"]) > 1
+    points = [space.point_of(policy.sample(SMALL)) for _ in range(400)]
+    sm80 = [p for p in points if p["family"] == "sm80_cute"]
+    assert sm80
+    assert any(p["reg_pipeline"] != 2 for p in sm80) and any(p["smem_prefetch"] for p in sm80)
+    assert any(p["stagger_ab"] for p in sm80) and any(p["epilogue"] == "nosmem" for p in sm80)
+    assert all(p["reg_pipeline"] == 2 and not p["stagger_ab"] for p in points if p["family"] != "sm80_cute")

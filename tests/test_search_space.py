@@ -92,3 +92,52 @@ def test_neighbours_move_exactly_one_choice():
     for c in moved:
         point = space.point_of(c)
         assert sum(point[f] != base[f] for f in point) == 1
+
+
+CODE_POINT = {"family": "sm80_cute", "dtype": "fp16", "layout": "nt", "tile_m": 64, "tile_n": 64, "tile_k": 64,
+              "stages": 4, "warps": 4, "reg_pipeline": 1, "smem_prefetch": 2, "stagger_ab": True, "epilogue": "nosmem"}
+
+
+def test_schema_describes_the_code_level_fields():
+    fields = catalog_space.schema("sm80_cute")["families"]["sm80_cute"]["fields"]
+    assert fields["reg_pipeline"]["choices"] == [1, 2, 3] and "register" in fields["reg_pipeline"]["meaning"]
+    assert 0 in fields["smem_prefetch"]["choices"] and "stages-1" in fields["smem_prefetch"]["meaning"]
+    assert fields["stagger_ab"]["choices"] == [False, True]
+    assert "nosmem" in fields["epilogue"]["choices"] and "sm80_cute" in fields["epilogue"]["meaning"]
+    tiny = catalog_space.schema("tiny")["families"]["tiny"]["fields"]
+    assert tiny["reg_pipeline"]["choices"] == [2] and tiny["stagger_ab"]["choices"] == [False]
+
+
+def test_a_point_with_code_level_fields_is_a_feasible_candidate():
+    cand = space.parse_point(CODE_POINT, "llm:m")
+    assert cand.config == "sm80_cute_fp16_nt_64x64x64_s4_w4_nosmem_r1_p2_stagger"
+    assert space.check(cand, NT, 90) == (True, "")
+    point = space.point_of(cand)
+    assert all(point[field] == value for field, value in CODE_POINT.items())
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"reg_pipeline": 3, "tile_k": 32}, "reg_pipeline 3 needs as many k-blocks per tile; tile_k 32 has 2"),
+    ({"reg_pipeline": 3, "tile_m": 128, "tile_n": 128}, "registers per thread"),
+    ({"smem_prefetch": 3}, "smem_prefetch 3 must be 1..stages-2 = 2"),
+])
+def test_infeasible_code_level_points_are_refused_with_the_reason(change, message):
+    cand = space.parse_point({**CODE_POINT, **change}, "llm:m")
+    ok, why = space.check(cand, NT, 90)
+    assert not ok and message in why
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"reg_pipeline": 5}, "reg_pipeline=5 is not one of"),
+    ({"stagger_ab": 1}, "stagger_ab=1 is not one of"),
+    ({"family": "tiny", "tile_m": 32, "tile_n": 32, "epilogue": ""}, "tiny: reg_pipeline=1 is not one of \\[2\\]"),
+])
+def test_code_level_values_outside_the_space_are_rejected(change, message):
+    with pytest.raises(ValueError, match=message):
+        space.parse_point({**CODE_POINT, **change}, "llm:m")
+
+
+def test_neighbours_step_through_the_code_level_fields():
+    cand = Candidate(config=HgemmConfig("sm80_cute", "fp16", "nt", 64, 64, 64, stages=4, warps=4).name)
+    moved = {c.config for c in space.neighbours(cand, random.Random(0))}
+    assert {cand.config + suffix for suffix in ("_r1", "_r3", "_p1", "_stagger", "_nosmem")} <= moved

@@ -9,9 +9,19 @@ no cluster launch, for small problems where co-scheduling a cluster costs more t
 through the workspace; 0 = automatic, splitting K when the output tiles leave SMs idle), `swizzle` (CTA group size),
 `raster` (1 = M, 2 = N);
 `knob_grid` lists the variants the sweep times.
+
+Code-level fields (structure of the generated mainloop and epilogue, not only its sizes), each at a default that
+generates the code the family always had: `reg_pipeline` register fragment buffers (2: ldmatrix of k-block i+1 while
+the MMAs of k-block i run; 1: load k-block i, then compute it; 3: two k-blocks ahead, BK=64 only), `smem_prefetch`
+(K tiles the cp.async pipeline runs ahead, 1..stages-2; 0 = stages-1), `stagger_ab` (a tile's B copies issued one
+k-block after its A copies, between the MMAs) and `epilogue` ("" = staged through swizzled shared memory, 128-bit
+stores; "nosmem" = bias and 32-bit stores straight from the accumulator registers). Tiles need not be powers of two
+(tile_m 48, 80, 96, 160, 192; tile_n 48, 96, 160, 192): residues in M and N are predicated, so a tile that does not
+divide the problem runs its last row and column of tiles partly empty.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from cudal2_catalog.config import HgemmConfig, Knobs
@@ -25,8 +35,17 @@ STAGES = range(2, 7)
 SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 ELEMENT = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 SPLITK_POLICIES = {"": "kAuto", "workspace": "kWorkspace"}  # HgemmConfig.splitk -> SplitKPolicy in sm80_cute.cuh
-MMA_M, MMA_N = 16, 16  # per-warp step: one m16n8k16 atom along M, two along N
+EPILOGUES = {"": "kSmem", "nosmem": "kDirect"}  # HgemmConfig.epilogue -> Epilogue in sm80_cute_traits.cuh
+MMA_M, MMA_N, MMA_K = 16, 16, 16  # per-warp step: one m16n8k16 atom along M, two along N
 MAX_ACC_PER_THREAD = 128  # fp32 accumulators per thread beyond which registers spill
+REG_PIPELINES = (1, 2, 3)  # register fragment buffers (k-blocks of ldmatrix fragments live at once)
+# Code-level fields at HgemmConfig's defaults: the code the family always had (register double-buffering, cp.async
+# stages-1 tiles ahead, A and B copies together, the epilogue staged through shared memory).
+CODE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(HgemmConfig)
+                 if f.name in ("reg_pipeline", "smem_prefetch", "stagger_ab", "epilogue")}
+MAX_REGISTERS = 255        # registers per thread an sm_80..sm_90 kernel may use
+ADDRESS_REGISTERS = 64     # registers beside accumulators and fragments (addresses, predicates, loop state): the
+#                            128x128x32 4-warp default (128 accumulators, 2 x 32 fragment registers) uses 255
 KNOB_SWIZZLES = (4, 8)    # CTA group sizes along the raster dimension (the default 0 walks the whole dimension)
 KNOB_RASTERS = (1, 2)     # consecutive CTAs along M (share B tiles), along N (share A tiles)
 KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none; the default 0 is automatic), where K is the largest
@@ -36,8 +55,8 @@ MAX_SPLIT_CTAS = 1024     # split variants beyond this many CTAs (several waves 
 SPACE: dict[str, tuple] = {
     "dtype": tuple(ELEMENT),
     "layout": ("nn", "nt"),
-    "tile_m": (16, 32, 64, 96, 128, 192, 256),
-    "tile_n": (16, 32, 64, 128, 192, 256),
+    "tile_m": (16, 32, 48, 64, 80, 96, 128, 160, 192, 256),
+    "tile_n": (16, 32, 48, 64, 96, 128, 160, 192, 256),
     "tile_k": TILE_K,
     "stages": tuple(STAGES),
     "cluster_m": (1,),
@@ -46,8 +65,11 @@ SPACE: dict[str, tuple] = {
     "scheduler": ("",),
     "warps": WARPS,
     "swap_ab": (False,),
-    "epilogue": ("",),
+    "epilogue": tuple(EPILOGUES),
     "splitk": tuple(SPLITK_POLICIES),
+    "reg_pipeline": REG_PIPELINES,
+    "smem_prefetch": (0, *range(1, max(STAGES) - 1)),
+    "stagger_ab": (False, True),
 }
 # Every value of each runtime knob (0 = default: automatic split-K, whole-dimension swizzle, raster along M).
 KNOB_SPACE: dict[str, tuple] = {
@@ -67,8 +89,23 @@ def warp_grid(cfg: HgemmConfig) -> tuple[int, int]:
 
 
 def n_atom_width(cfg: HgemmConfig) -> int:
-    """Columns of the swizzled shared-memory atoms along N (64, or the whole 16- or 32-wide tile)."""
-    return min(cfg.tile_n, 64)
+    """Columns of the swizzled shared-memory atoms along N: the widest of 64, 32 and 16 that divides tile_n
+    (kNAtomWidth in sm80_cute_traits.cuh)."""
+    return next(width for width in (64, 32, 16) if cfg.tile_n % width == 0)
+
+
+def smem_prefetch_depth(cfg: HgemmConfig) -> int:
+    """K tiles the cp.async pipeline runs ahead: smem_prefetch, or stages-1 for its default 0."""
+    return cfg.smem_prefetch or cfg.stages - 1
+
+
+def estimated_registers(cfg: HgemmConfig) -> int:
+    """A lower estimate of the registers per thread: fp32 accumulators, `reg_pipeline` k-blocks of A and B fragments
+    (4 registers per 16x16 A step, 2 per 16x8 B atom of the warp tile) and ADDRESS_REGISTERS."""
+    wm, wn = warp_grid(cfg)
+    accumulators = cfg.tile_m * cfg.tile_n // (32 * cfg.warps)
+    fragments = 4 * (cfg.tile_m // (MMA_M * wm)) + 2 * (cfg.tile_n // (8 * wn))
+    return accumulators + cfg.reg_pipeline * fragments + ADDRESS_REGISTERS
 
 
 def smem_bytes(cfg: HgemmConfig) -> int:
@@ -98,8 +135,6 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     wm, wn = warp_grid(cfg)
     if cfg.tile_m % (MMA_M * wm) or cfg.tile_n % (MMA_N * wn):
         return False, f"tile {cfg.tile_m}x{cfg.tile_n} not divisible by the {wm}x{wn} warp grid of 16x16 MMA steps"
-    if cfg.tile_n % 64 and cfg.tile_n not in (16, 32):
-        return False, f"tile_n {cfg.tile_n} not a multiple of 64, nor 16 or 32 (swizzled smem atoms)"
     copy_rows_k = threads // (cfg.tile_k // 8)
     if cfg.tile_m % copy_rows_k:
         return False, f"tile_m {cfg.tile_m} not divisible by the {copy_rows_k} rows of the A copy"
@@ -114,10 +149,30 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     limit = SMEM_LIMIT[arch]
     if smem_bytes(cfg) > limit:
         return False, f"shared memory {smem_bytes(cfg)} B exceeds {limit} B on sm{arch}"
+    code_problem = code_fields_problem(cfg)
+    if code_problem:
+        return False, code_problem
     for field in ("tile_m", "tile_n", "epilogue", "splitk"):
         if getattr(cfg, field) not in SPACE[field]:
             return False, f"{field} {getattr(cfg, field)!r} not in {SPACE[field]}"
     return True, ""
+
+
+def code_fields_problem(cfg: HgemmConfig) -> str:
+    """Why the code-level fields (reg_pipeline, smem_prefetch, stagger_ab) of `cfg` cannot be generated, or ""."""
+    k_blocks = cfg.tile_k // MMA_K
+    if cfg.reg_pipeline not in REG_PIPELINES:
+        return f"reg_pipeline {cfg.reg_pipeline} not in {REG_PIPELINES}"
+    if cfg.reg_pipeline > k_blocks:
+        return (f"reg_pipeline {cfg.reg_pipeline} needs as many k-blocks per tile; tile_k {cfg.tile_k} has {k_blocks} "
+                f"of {MMA_K}")
+    if cfg.reg_pipeline > CODE_DEFAULTS["reg_pipeline"] and estimated_registers(cfg) > MAX_REGISTERS:
+        return (f"reg_pipeline {cfg.reg_pipeline}: about {estimated_registers(cfg)} registers per thread "
+                f"(> {MAX_REGISTERS}) would spill")
+    if cfg.smem_prefetch and not 1 <= cfg.smem_prefetch <= cfg.stages - 2:
+        return (f"smem_prefetch {cfg.smem_prefetch} must be 1..stages-2 = {cfg.stages - 2} (0 = stages-1, the "
+                "deepest the stages allow)")
+    return ""
 
 
 def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
@@ -132,15 +187,27 @@ def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
     return grid
 
 
+def has_code_fields(cfg: HgemmConfig) -> bool:
+    """Whether `cfg` sets a code-level field (reg_pipeline, smem_prefetch, stagger_ab, epilogue) off its default."""
+    return any(getattr(cfg, field) != default for field, default in CODE_DEFAULTS.items())
+
+
 def render(cfg: HgemmConfig) -> str:
-    """The body of `kernels/sm80/<name>.cu`: one CUDAL2_SM80_CUTE_KERNEL instantiation."""
-    macro, policy = ("CUDAL2_SM80_CUTE_KERNEL_SPLITK", f", {SPLITK_POLICIES[cfg.splitk]}") if cfg.splitk else \
-        ("CUDAL2_SM80_CUTE_KERNEL", "")
+    """The body of `kernels/sm80/<name>.cu`: one instantiation macro of sm80_cute.cuh (CUDAL2_SM80_CUTE_KERNEL; its
+    _SPLITK form for a split-K policy; its _CODE form for code-level fields off their defaults)."""
+    macro, extra = "CUDAL2_SM80_CUTE_KERNEL", ""
+    if has_code_fields(cfg):
+        macro = "CUDAL2_SM80_CUTE_KERNEL_CODE"
+        extra = (f", {SPLITK_POLICIES[cfg.splitk]}, /*REG_PIPELINE=*/{cfg.reg_pipeline}, "
+                 f"/*SMEM_PREFETCH=*/{smem_prefetch_depth(cfg)}, /*STAGGER_AB=*/{str(cfg.stagger_ab).lower()}, "
+                 f"{EPILOGUES[cfg.epilogue]}")
+    elif cfg.splitk:
+        macro, extra = "CUDAL2_SM80_CUTE_KERNEL_SPLITK", f", {SPLITK_POLICIES[cfg.splitk]}"
     return (
         '#include "cudal2/sm80_cute.cuh"\n'
         "\n"
         f"{macro}({cfg.name}, {ELEMENT[cfg.dtype]}, /*B_N_MAJOR=*/{str(cfg.layout == 'nn').lower()}, "
-        f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.warps}, {cfg.stages}{policy})\n"
+        f"{cfg.tile_m}, {cfg.tile_n}, {cfg.tile_k}, {cfg.warps}, {cfg.stages}{extra})\n"
     )
 
 

@@ -145,17 +145,27 @@ struct Launcher {
 
 }  // namespace cudal2::sm80
 
-// Exports one sm80_cute configuration under the kernel C ABI. NAME equals the generated file's stem. POLICY is a
-// SplitKPolicy enumerator (kAuto or kWorkspace).
-#define CUDAL2_SM80_CUTE_KERNEL_SPLITK(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES, POLICY)                 \
-  using NAME##_launcher =                                                                                          \
-      ::cudal2::sm80::Launcher<::cudal2::sm80::GemmTraits<ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES>,          \
-                               ::cudal2::sm80::SplitKPolicy::POLICY>;                                              \
+// Exports the sm80_cute configuration GemmTraits<...> (the arguments after POLICY) under the kernel C ABI with split-K
+// policy POLICY (a SplitKPolicy enumerator). NAME equals the generated file's stem.
+#define CUDAL2_SM80_CUTE_EXPORT(NAME, POLICY, ...)                                                                 \
+  using NAME##_launcher = ::cudal2::sm80::Launcher<::cudal2::sm80::GemmTraits<__VA_ARGS__>,                        \
+                                                   ::cudal2::sm80::SplitKPolicy::POLICY>;                          \
   CUDAL2_EXPORT_KERNEL(NAME, "sm80_cute", 80, 90, NAME##_launcher::kDtype, NAME##_launcher::kLayout, 1,             \
                        &NAME##_launcher::can_implement, &NAME##_launcher::workspace_size, &NAME##_launcher::launch)
+
+// One configuration with split-K policy POLICY (kAuto or kWorkspace) and the family's original code.
+#define CUDAL2_SM80_CUTE_KERNEL_SPLITK(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES, POLICY) \
+  CUDAL2_SM80_CUTE_EXPORT(NAME, POLICY, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES)
 
 // The same with the default split-K policy (cluster reduction where available).
 #define CUDAL2_SM80_CUTE_KERNEL(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES) \
   CUDAL2_SM80_CUTE_KERNEL_SPLITK(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES, kAuto)
+
+// One configuration with code-level choices (GemmTraits: register pipeline 1..3, cp.async prefetch depth in tiles,
+// staggered A/B copies, EPILOGUE an Epilogue enumerator: kSmem or kDirect).
+#define CUDAL2_SM80_CUTE_KERNEL_CODE(NAME, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES, POLICY, REG_PIPELINE,     \
+                                     SMEM_PREFETCH, STAGGER_AB, EPILOGUE)                                          \
+  CUDAL2_SM80_CUTE_EXPORT(NAME, POLICY, ELEMENT, B_N_MAJOR, BM, BN, BK, WARPS, STAGES, REG_PIPELINE, SMEM_PREFETCH, \
+                          STAGGER_AB, ::cudal2::sm80::Epilogue::EPILOGUE)
 
 #endif  // CUDAL2_SM80_CUTE_CUH_

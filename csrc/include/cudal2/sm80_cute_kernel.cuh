@@ -1,7 +1,8 @@
 // Device code of the sm80_cute GEMM family: a CuTe multistage mainloop (16-byte cp.async into swizzled shared
-// memory, ldmatrix, mma.sync m16n8k16 with fp32 accumulation, register double-buffered fragments) and an epilogue
-// staged through shared memory (fused bias, 128-bit stores); with split-K, the fp32 partials are reduced in a
-// thread-block cluster (cluster_splitk.cuh, sm_90) or written to the caller's workspace.
+// memory, ldmatrix, mma.sync m16n8k16 with fp32 accumulation, register-pipelined fragments) and an epilogue staged
+// through shared memory (fused bias, 128-bit stores) or stored from registers; with split-K, the fp32 partials are
+// reduced in a thread-block cluster (cluster_splitk.cuh, sm_90) or written to the caller's workspace. The code-level
+// choices (register pipeline, prefetch depth, staggered A/B copies, epilogue) are GemmTraits parameters.
 // Residues in M, N and K are handled by zero-filling cp.async and predicated stores. Torch-free.
 #ifndef CUDAL2_SM80_CUTE_KERNEL_CUH_
 #define CUDAL2_SM80_CUTE_KERNEL_CUH_
@@ -105,6 +106,32 @@ __device__ __noinline__ void store_cluster_reduced(const float* tile, T* d, cons
   });
 }
 
+// The direct epilogue: adds the bias in fp32, rounds once to T and stores each pair of adjacent columns a thread
+// holds (values 2h, 2h+1 of every m16n8 accumulator atom: SM80_16x8_Row) with one 32-bit store, predicated on M and N.
+// `coords` holds each accumulator's (row, column) in the BM x BN tile at (m0, n0) of d [m, n].
+template <class T, class Acc, class Coords>
+__device__ inline void store_from_registers(const Acc& acc, const Coords& coords, T* d, const T* bias, int64_t ldd,
+                                            int m, int n, int m0, int n0) {
+  static_assert(decltype(size<0>(acc))::value == 4, "expected the 4 fp32 values of an m16n8 accumulator atom");
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int gm = m0 + get<0>(coords(i)), gn = n0 + get<1>(coords(i));
+    if (gm >= m || gn >= n) continue;
+    float v0 = acc(i), v1 = acc(i + 1);
+    if (bias != nullptr) {
+      v0 += static_cast<float>(bias[gn]);
+      if (gn + 1 < n) v1 += static_cast<float>(bias[gn + 1]);
+    }
+    T* dst = d + int64_t(gm) * ldd + gn;
+    if (gn + 1 < n) {
+      alignas(4) T pair[2] = {static_cast<T>(v0), static_cast<T>(v1)};
+      *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
+    } else {
+      dst[0] = static_cast<T>(v0);
+    }
+  }
+}
+
 // One CTA computes a BM x BN output tile over its split's K range.
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typename Tr::Element> p) {
@@ -137,7 +164,10 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
   const int m_rem = p.m - m0, n_rem = p.n - n0;
   const bool mn_interior = m_rem >= BM && n_rem >= BN;
 
-  auto load_k_tile = [&](int kt, int stage) {
+  // Issues the cp.async copies of K tile `kt` into `stage`: A's when kPart & kLoadA, B's when kPart & kLoadB.
+  constexpr int kLoadA = 1, kLoadB = 2;
+  auto load_k_tile = [&](int kt, int stage, auto part) {
+    constexpr int kPart = decltype(part)::value;
     const int k0 = kt * BK;
     const Tensor gA = make_tensor(make_gmem_ptr(p.a + int64_t(m0) * p.lda + k0), Shape<Int<BM>, Int<BK>>{},
                                   make_stride(p.lda, _1{}));
@@ -156,13 +186,15 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
     Tensor tBsB = g2s_thr_b.partition_D(sB(_, _, stage));
     const int k_rem = k_end - k0;
     if (mn_interior && k_rem >= BK) {
-      copy(g2s_a, tAgA, tAsA);
-      copy(g2s_b, tBgB, tBsB);
+      if constexpr ((kPart & kLoadA) != 0) copy(g2s_a, tAgA, tAsA);
+      if constexpr ((kPart & kLoadB) != 0) copy(g2s_b, tBgB, tBsB);
     } else {
-      copy_tile_residue<1>(tAgA, tAsA, tAcA, m_rem, k_rem, p.a);
-      copy_tile_residue<Tr::kNN ? 0 : 1>(tBgB, tBsB, tBcB, n_rem, k_rem, p.b);
+      if constexpr ((kPart & kLoadA) != 0) copy_tile_residue<1>(tAgA, tAsA, tAcA, m_rem, k_rem, p.a);
+      if constexpr ((kPart & kLoadB) != 0) copy_tile_residue<Tr::kNN ? 0 : 1>(tBgB, tBsB, tBcB, n_rem, k_rem, p.b);
     }
   };
+  constexpr auto kTileA = Int<Tr::kStaggerAB ? kLoadA : kLoadA | kLoadB>{};  // issued at k-block 0
+  constexpr auto kTileB = Int<kLoadB>{};                                       // issued at k-block 1 when staggered
 
   // Fragments and smem -> register (ldmatrix) copies.
   typename Tr::TiledMma mma;
@@ -182,44 +214,72 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
   Tensor tXrB = s2r_thr_b.retile_D(tCrB);
   constexpr int kBlocks = size<2>(tCrA);
 
-  // Prologue: fill kStages-1 stages (empty commit groups keep the wait counts uniform).
+  // Register pipeline: k-block kb + kRegAhead is loaded (ldmatrix) while the MMAs of k-block kb run; the loads move
+  // on to the next tile's stage kRegAhead k-blocks before its end (at its end without register pipelining).
+  constexpr int kRegAhead = Tr::kRegPipeline - 1;
+  constexpr int kPrefetch = Tr::kPrefetch;
+  static_assert(kRegAhead < kBlocks, "the register pipeline must be shorter than a K tile's k-blocks");
+
+  // Prologue: fill kPrefetch stages (empty commit groups keep the wait counts uniform).
   int kt_next = kt_begin;
   CUTE_UNROLL
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (kt_next < kt_end) load_k_tile(kt_next, s);
+  for (int s = 0; s < kPrefetch; ++s) {
+    if (kt_next < kt_end) load_k_tile(kt_next, s, Int<kLoadA | kLoadB>{});
     ++kt_next;
     cp_async_fence();
   }
   pdl_launch_dependents();  // the split-K reduction may get scheduled (it waits for this grid to finish)
-  int read_stage = 0, write_stage = kStages - 1;
-  cp_async_wait<kStages - 2>();
+  int read_stage = 0, write_stage = kPrefetch;
+  cp_async_wait<kPrefetch - 1>();
   __syncthreads();
-  copy(s2r_a, tXsA(_, _, 0, read_stage), tXrA(_, _, 0));
-  copy(s2r_b, tXsB(_, _, 0, read_stage), tXrB(_, _, 0));
+  CUTE_UNROLL
+  for (int kb = 0; kb < kRegAhead; ++kb) {
+    copy(s2r_a, tXsA(_, _, kb, read_stage), tXrA(_, _, kb));
+    copy(s2r_b, tXsB(_, _, kb, read_stage), tXrB(_, _, kb));
+  }
 
-  // Mainloop: while computing k-block kb, load k-block kb+1 into registers; at kb == 0 issue the cp.async of the
-  // tile kStages-1 ahead into the stage freed by the previous tile.
+  // The next tile's stage: wait for its copies (kPrefetch-1 younger groups may stay in flight), make them visible.
+  auto next_read_stage = [&]() {
+    read_stage = (read_stage == kStages - 1) ? 0 : read_stage + 1;
+    cp_async_wait<kPrefetch - 1>();
+    __syncthreads();
+    return read_stage;
+  };
+  // Closes the cp.async group of the tile kPrefetch ahead and moves the write stage on (the stage read kStages -
+  // kPrefetch tiles earlier, all of whose ldmatrix loads precede the last next_read_stage barrier).
+  auto commit_tile = [&]() {
+    ++kt_next;
+    cp_async_fence();
+    if constexpr (kPrefetch == kStages - 1) {
+      write_stage = read_stage;
+    } else {
+      write_stage = (write_stage == kStages - 1) ? 0 : write_stage + 1;
+    }
+  };
+
+  // Mainloop: while computing k-block kb, load k-block kb+kRegAhead into registers; at kb == 0 issue the cp.async
+  // of the tile kPrefetch ahead (its B copies at kb == 1 when staggered).
   for (int t = 0; t < n_tiles; ++t) {
     int stage = read_stage;
     CUTE_UNROLL
     for (int kb = 0; kb < kBlocks; ++kb) {
-      if (kb == kBlocks - 1) {
-        stage = (read_stage == kStages - 1) ? 0 : read_stage + 1;
-        read_stage = stage;
-        cp_async_wait<kStages - 2>();
-        __syncthreads();
+      if constexpr (Tr::kStaggerAB) {
+        if (kb == 1) {  // before the stage switch, so that the wait there counts this tile's group
+          if (kt_next < kt_end) load_k_tile(kt_next, write_stage, kTileB);
+          commit_tile();
+        }
       }
-      const int kb_next = (kb + 1) % kBlocks;
-      copy(s2r_a, tXsA(_, _, kb_next, stage), tXrA(_, _, kb_next));
-      copy(s2r_b, tXsB(_, _, kb_next, stage), tXrB(_, _, kb_next));
+      if (kRegAhead > 0 && kb == kBlocks - kRegAhead) stage = next_read_stage();
+      const int kb_load = (kb + kRegAhead) % kBlocks;
+      copy(s2r_a, tXsA(_, _, kb_load, stage), tXrA(_, _, kb_load));
+      copy(s2r_b, tXsB(_, _, kb_load, stage), tXrB(_, _, kb_load));
       if (kb == 0) {
-        if (kt_next < kt_end) load_k_tile(kt_next, write_stage);
-        ++kt_next;
-        cp_async_fence();
-        write_stage = read_stage;
+        if (kt_next < kt_end) load_k_tile(kt_next, write_stage, kTileA);
+        if constexpr (!Tr::kStaggerAB) commit_tile();
       }
       gemm(mma, tCrA(_, _, kb), tCrB(_, _, kb), acc);
     }
+    if constexpr (kRegAhead == 0) next_read_stage();
   }
   cp_async_wait<0>();
 
@@ -241,11 +301,15 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
     return;
   }
 
+  const Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));
+  if constexpr (Tr::kEpilogue == Epilogue::kDirect) {
+    store_from_registers(acc, tCcC, p.d, p.bias, p.ldd, p.m, p.n, m0, n0);
+    return;
+  }
   // Epilogue: bias in fp32, round once to T, stage through swizzled smem, then 128-bit predicated stores.
   __syncthreads();  // every warp is done reading the pipeline's shared memory
   Tensor sC = make_tensor(make_smem_ptr(reinterpret_cast<T*>(smem)), typename Tr::SmemLayoutC{});
   Tensor tCsC = thr_mma.partition_C(sC);
-  const Tensor tCcC = thr_mma.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));
   CUTE_UNROLL
   for (int i = 0; i < size(acc); ++i) {
     float v = acc(i);

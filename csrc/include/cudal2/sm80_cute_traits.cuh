@@ -1,5 +1,5 @@
 // Compile-time building blocks of the sm80_cute GEMM family: shared-memory layouts, the tiled MMA and the copy
-// atoms of one configuration (element type, B layout, CTA tile, warps, stages). Torch-free.
+// atoms of one configuration (element type, B layout, CTA tile, warps, stages, code-level choices). Torch-free.
 #ifndef CUDAL2_SM80_CUTE_TRAITS_CUH_
 #define CUDAL2_SM80_CUTE_TRAITS_CUH_
 
@@ -27,9 +27,10 @@ template <> struct KMajorSmemAtom<32> {
   using type = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_16, _32>, Stride<_32, _1>>{}));
 };
 
-// Width in elements (64, 32 or 16) of the swizzled atoms along a tile's N side, and the swizzle of such an atom: 8
-// consecutive rows (ldmatrix's 8 x 16 bytes, or the 8-row epilogue atom) land in 8 distinct 16-byte bank groups.
-template <int BN> constexpr int kNAtomWidth = BN >= 64 ? 64 : BN;
+// Width in elements of the swizzled atoms along a tile's N side (the widest of 64, 32 and 16 dividing BN), and the
+// swizzle of such an atom: 8 consecutive rows (ldmatrix's 8 x 16 bytes, or the 8-row epilogue atom) land in 8
+// distinct 16-byte bank groups.
+template <int BN> constexpr int kNAtomWidth = BN % 64 == 0 ? 64 : BN % 32 == 0 ? 32 : 16;
 template <int kWidth> using NSwizzle = Swizzle<kWidth == 64 ? 3 : kWidth == 32 ? 2 : 1, 3, 3>;
 
 // Swizzled shared-memory atom of an N-major operand tile (kNAtomWidth N-contiguous elements x 8 K), read with
@@ -61,15 +62,27 @@ auto make_nmajor_g2s_copy() {
                          Layout<Shape<_8, _1>>{});
 }
 
+// How the epilogue stores the output tile: staged through swizzled shared memory and written with 128-bit stores,
+// or straight from the accumulator registers (32-bit stores of the column pairs each thread holds).
+enum class Epilogue { kSmem, kDirect };
+
 // Everything the kernel and the launcher need to know about one configuration.
 //   T: cutlass::half_t | cutlass::bfloat16_t. kBNMajor: B is [K, N] row-major (NN); else [N, K] row-major (NT).
-//   BM x BN x BK: CTA tile (BN a multiple of 64, or 16 / 32 for small problems). kWarps: 1 | 2 | 4 | 8.
-//   kStages: cp.async pipeline depth (2..6).
-template <class T, bool kBNMajor, int BM_, int BN_, int BK_, int kWarps, int kStages_>
+//   BM x BN x BK: CTA tile (BN a multiple of 16). kWarps: 1 | 2 | 4 | 8. kStages: shared-memory stages (2..6).
+// Code-level parameters (their defaults are the family's original code):
+//   kRegPipeline: k-blocks of ldmatrix fragments in registers at once (1: load k-block i, then its MMAs; 2: load
+//   i+1 during the MMAs of i; 3: i+2), at most BK/16. kPrefetch: K tiles cp.async runs ahead (1..kStages-1).
+//   kStaggerAB: a tile's B copies are issued one k-block after its A copies (between the MMAs). kEpilogue: see
+//   Epilogue.
+template <class T, bool kBNMajor, int BM_, int BN_, int BK_, int kWarps, int kStages_, int kRegPipeline_ = 2,
+          int kPrefetch_ = kStages_ - 1, bool kStaggerAB_ = false, Epilogue kEpilogue_ = Epilogue::kSmem>
 struct GemmTraits {
   using Element = T;
   static constexpr bool kNN = kBNMajor;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, kStages = kStages_;
+  static constexpr int kRegPipeline = kRegPipeline_, kPrefetch = kPrefetch_;
+  static constexpr bool kStaggerAB = kStaggerAB_;
+  static constexpr Epilogue kEpilogue = kEpilogue_;
   static constexpr int kThreads = 32 * kWarps;
   // Warp grid of the tiled MMA: 2x2 for 4 warps; 2 and 8 warps spread along the longer tile side.
   static constexpr int kWarpsM = kWarps == 1 ? 1 : kWarps == 2 ? (BN_ >= BM_ ? 1 : 2) : kWarps == 4 ? 2
@@ -81,7 +94,9 @@ struct GemmTraits {
   static_assert(kWarps == 1 || kWarps == 2 || kWarps == 4 || kWarps == 8, "warps must be 1, 2, 4 or 8");
   static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
   static_assert(kStages >= 2 && kStages <= 6, "stages must be 2..6");
-  static_assert(BN % 64 == 0 || BN == 32 || BN == 16, "BN must be a multiple of 64, or 32 or 16");
+  static_assert(BN % 16 == 0, "BN must be a multiple of 16");
+  static_assert(kRegPipeline >= 1 && kRegPipeline <= BK / 16, "reg pipeline must be 1..BK/16 k-blocks");
+  static_assert(kPrefetch >= 1 && kPrefetch <= kStages - 1, "prefetch must be 1..stages-1 tiles");
   static_assert(BM % (16 * kWarpsM) == 0 && BN % (16 * kWarpsN) == 0, "tile not divisible by the warp layout");
   static_assert(BM % kCopyRowsK == 0 && (kNN || BN % kCopyRowsK == 0), "tile not divisible by the K-major copy");
   static_assert(!kNN || BK % kCopyRowsN == 0, "BK not divisible by the N-major copy");
