@@ -97,3 +97,116 @@ def test_one_config_compiles_without_spills(tmp_path, kernel_toolchain):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "spill stores" in proc.stderr
     assert all(" 0 bytes spill" in line for line in proc.stderr.splitlines() if "spill" in line)
+
+
+# --- weight streams (decode_weight_stream.cuh) ---------------------------------------------------------------------
+
+if "weight_stream" in HgemmConfig.__dataclass_fields__:
+    StreamConfig = HgemmConfig
+else:
+    @dataclasses.dataclass(frozen=True, order=True)
+    class StreamConfig(HgemmConfig):
+        """HgemmConfig plus the decode weight_stream field as requested for config.py: the value is the name token."""
+
+        weight_stream: str = ""
+
+        @property
+        def name(self) -> str:
+            return f"{super().name}_{self.weight_stream}" if self.weight_stream else super().name
+
+
+def scfg(stream: str, **overrides) -> HgemmConfig:
+    return StreamConfig(**{**dataclasses.asdict(cfg(**overrides)), "weight_stream": stream})
+
+
+def test_default_set_keeps_the_cp_async_stream_and_its_macro():
+    for c in decode.default_configs():
+        assert decode.weight_stream(c) == ""
+        body = codegen.render(c)
+        assert "CUDAL2_DECODE_KERNEL(" in body and "STREAM" not in body
+
+
+@pytest.mark.parametrize("stream, enumerator", [("tma", "kTma"), ("evictfirst", "kCpAsyncEvictFirst")])
+def test_stream_render_names_the_enumerator(stream, enumerator):
+    c = scfg(stream, dtype="bf16", tile_n=128)
+    assert decode.render(c).endswith(
+        f"CUDAL2_DECODE_STREAM_KERNEL({c.name}, __nv_bfloat16, true, 8, 128, 128, 4, 4, {enumerator})\n")
+
+
+@pytest.mark.parametrize("stream, overrides, arch, reason", [
+    ("tma", {}, 80, "compute capability 90"),
+    ("tma", dict(tile_k=32), 90, "tile_k (32) to be a multiple of 64"),
+    ("tma", dict(layout="nn", tile_n=48, warps=1), 90, "tile_n (48) to be a multiple of 64"),
+    ("bulk", {}, 90, "weight_stream must be one of"),
+])
+def test_weight_stream_feasibility(stream, overrides, arch, reason):
+    ok, why = decode.feasible(scfg(stream, **overrides), arch)
+    assert not ok and reason in why
+
+
+def test_weight_stream_feasible_cases():
+    assert decode.feasible(scfg("evictfirst"), 80)[0]
+    assert decode.feasible(scfg("tma"), 90)[0]
+    assert decode.feasible(scfg("tma", layout="nn", tile_n=128, tile_k=32, warps=8), 90)[0]
+
+
+def test_tma_smem_model():
+    # W dense [64][128] + X [8][128+8], rounded up to 1 KiB; 1 KiB alignment room; 4 mbarriers
+    stage = -(-(64 * 128 + 8 * 136) * 2 // 1024) * 1024
+    assert decode.smem_bytes(scfg("tma")) == 1024 + 4 * stage + 4 * 8
+    assert decode.smem_bytes(scfg("evictfirst")) == decode.smem_bytes(cfg())
+    # the fp32 cluster tile [tile_m][tile_n] can exceed a small pipeline
+    small = cfg(tile_m=64, tile_n=256, tile_k=32, stages=2, warps=16)
+    assert decode.smem_bytes(small) == 64 * 256 * 4
+
+
+SMEM_CHECK_CONFIGS = [  # (stream, overrides): defaults' shapes, both layouts, a cluster-tile-bound and a reduce-bound
+    ("", {}), ("tma", {}), ("evictfirst", {}), ("tma", dict(layout="nn", tile_n=128, warps=8)),
+    ("tma", dict(tile_m=64, tile_n=256, tile_k=64, stages=5, warps=8)), ("", dict(tile_m=64, tile_n=256, tile_k=32,
+                                                                                 stages=2, warps=16)),
+    ("tma", dict(tile_m=64, tile_n=256, tile_k=64, stages=2, warps=16)), ("", dict(tile_n=16, tile_k=256, warps=16)),
+]
+
+
+def test_smem_model_matches_the_template(tmp_path, kernel_toolchain):
+    """Traits::kSmemBytes equals smem_bytes() for each config (static_asserts compiled by nvcc, no kernel built)."""
+    lines = ['#include "cudal2/decode_kernel.cuh"', "using cudal2::decode::Traits;",
+             "using cudal2::decode::WeightStream;"]
+    for stream, overrides in SMEM_CHECK_CONFIGS:
+        c = scfg(stream, **overrides)
+        traits = (f"Traits<{decode.LAYOUT_NT[c.layout]}, {c.tile_m}, {c.tile_n}, {c.tile_k}, {c.stages}, {c.warps}, "
+                  f"WeightStream::{decode.WEIGHT_STREAMS[stream]}>")
+        lines.append(f'static_assert({traits}::kSmemBytes == {decode.smem_bytes(c)}, "{c.name}");')
+    src = tmp_path / "smem_check.cu"
+    src.write_text("\n".join(lines) + "\n")
+    cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-gencode=arch=compute_90,code=sm_90", "-c", str(src),
+           "-o", str(tmp_path / "smem_check.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_weight_stream_candidates(monkeypatch):
+    defaults = [StreamConfig(**dataclasses.asdict(c)) for c in decode.default_configs()]
+    monkeypatch.setattr(decode, "default_configs", lambda: defaults)
+    found = decode.weight_stream_candidates()
+    names = [c.name for c in found]
+    assert len(set(names)) == len(names) and not set(names) & {c.name for c in defaults}
+    assert all(decode.feasible(c, 90)[0] and decode.weight_stream(c) in ("tma", "evictfirst") for c in found)
+    for c in defaults:  # every default shape has both twins (all default W tiles are whole 64-element boxes)
+        assert dataclasses.replace(c, weight_stream="tma") in found
+        assert dataclasses.replace(c, weight_stream="evictfirst") in found
+
+
+def test_stream_configs_compile_without_spills(tmp_path, kernel_toolchain):
+    """One translation unit with a TMA (nt fp16, nn bf16) and an evict-first kernel, for sm_80 and sm_90."""
+    configs = [scfg("tma", tile_n=128, warps=8), scfg("tma", dtype="bf16", layout="nn", tile_m=64, tile_n=128,
+                                                           stages=3, warps=8), scfg("evictfirst", tile_m=16)]
+    src = tmp_path / "streams.cu"
+    src.write_text("".join(decode.render(c) for c in configs))
+    cmd = [kernel_lib.nvcc_path(), *kernel_lib.common_flags(), "-gencode=arch=compute_80,code=sm_80",
+           "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v", "-c", str(src), "-o", str(tmp_path / "k.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "decode_gemm_tma_kernel" in proc.stderr and "for 'sm_90'" in proc.stderr
+    assert all(" 0 bytes spill" in line for line in proc.stderr.splitlines() if "spill" in line)
+    assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]

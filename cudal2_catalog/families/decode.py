@@ -4,14 +4,18 @@ The template lives in `csrc/include/cudal2/decode_gemm.cuh` (host ABI) and `deco
 weight streams through a cp.async pipeline as the 16-row operand of mma.sync m16n8k16 (fp32 accumulation), the
 small M is the 8-wide side, and split-K across CTAs (runtime `splits`, 0 = automatic) keeps every SM busy.
 Config fields used: dtype, layout, tile_m (largest M handled: 8..64), tile_n (weight rows per CTA), tile_k (K per
-pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile). The only runtime knob is
-`splits`; `knob_grid` lists the values the sweep times.
+pipeline stage), stages (>= 2), warps (split as warps_n x warps_k over the CTA tile), and the code-level weight
+stream (`weight_stream`, see WEIGHT_STREAMS): "" = cp.async into padded rows (the default set), "evictfirst" = the
+same with an L2 evict-first policy on the weight, "tma" = 2-D tensor-map copies into 128-byte swizzled rows
+(sm_90). The only runtime knob is `splits`; `knob_grid` lists the values the sweep times.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from cudal2_catalog.config import HgemmConfig, Knobs
-from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ROW_PAD, render_macro, smem_limit, space,
-                                              split_knob_grid, unused_fields_problem)
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, LAYOUT_NT, ROW_PAD, render_macro, smem_limit,
+                                              space, split_knob_grid, unused_fields_problem)
 
 FAMILY = "decode"
 SM_MIN, SM_MAX = 80, 90
@@ -22,6 +26,13 @@ MAX_STAGES = 8
 MAX_REGISTERS = 255
 BASE_REGISTERS = 64               # addresses, loop state, predicates (rough: ptxas reports 64..186 in total)
 KNOB_SPLITS = (1, 2, 4, 8, 16, 32)  # split-K parts (1 = none); the default 0 picks one resident wave
+# Weight streams (config value -> the WeightStream enumerator of decode_weight_stream.cuh); "" is the default.
+WEIGHT_STREAMS = {"": "kCpAsync", "evictfirst": "kCpAsyncEvictFirst", "tma": "kTma"}
+TMA_MIN_ARCH = 90
+TMA_BOX_COLS = 64                 # elements per 128-byte swizzled TMA box row
+TMA_ALIGN_SLACK = 1024            # bytes to align the dynamic shared memory to the swizzle's 1 KiB
+TMA_STAGE_ALIGN = 1024            # each stage starts 1 KiB aligned
+MBARRIER_BYTES = 8                # one per stage
 
 # Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
 SPACE: dict[str, tuple] = space(TILE_M, tuple(range(16, 257, 16)), TILE_K, tuple(range(2, MAX_STAGES + 1)),
@@ -36,12 +47,48 @@ def warp_grid(cfg: HgemmConfig) -> tuple[int, int, int]:
     return warps_n, cfg.warps // warps_n, cfg.tile_n // 16 // warps_n
 
 
+def weight_stream(cfg: HgemmConfig) -> str:
+    """`cfg`'s weight stream, a key of WEIGHT_STREAMS ("" while HgemmConfig has no weight_stream field)."""
+    return getattr(cfg, "weight_stream", "")
+
+
+def weight_tile(cfg: HgemmConfig) -> tuple[int, int]:
+    """(rows, columns) of the weight tile in shared memory: [tile_n][tile_k] for nt, [tile_k][tile_n] for nn."""
+    return (cfg.tile_n, cfg.tile_k) if cfg.layout == "nt" else (cfg.tile_k, cfg.tile_n)
+
+
 def smem_bytes(cfg: HgemmConfig) -> int:
-    """Dynamic shared memory of one CTA: the padded pipeline stages, or the cross-warp reduction if larger."""
-    w_rows, w_cols = (cfg.tile_n, cfg.tile_k) if cfg.layout == "nt" else (cfg.tile_k, cfg.tile_n)
-    stage = (w_rows * (w_cols + ROW_PAD) + cfg.tile_m * (cfg.tile_k + ROW_PAD)) * ELEMENT_BYTES
+    """Dynamic shared memory of one CTA, as `Traits::kSmemBytes` computes it: the largest of the pipeline stages (W
+    and activation tiles; rows padded by 16 bytes except W's under TMA, dense and swizzled in 1 KiB aligned stages
+    after 1 KiB of alignment room), the cross-warp reduction and the fp32 cluster tile; plus one mbarrier per stage
+    under TMA."""
+    w_rows, w_cols = weight_tile(cfg)
+    x_elems = cfg.tile_m * (cfg.tile_k + ROW_PAD)
+    tma = weight_stream(cfg) == "tma"
+    if tma:
+        stage = -(-(w_rows * w_cols + x_elems) * ELEMENT_BYTES // TMA_STAGE_ALIGN) * TMA_STAGE_ALIGN
+        pipe = TMA_ALIGN_SLACK + cfg.stages * stage
+    else:
+        pipe = cfg.stages * (w_rows * (w_cols + ROW_PAD) + x_elems) * ELEMENT_BYTES
     _, warps_k, _ = warp_grid(cfg)
-    return max(cfg.stages * stage, (warps_k - 1) * cfg.tile_n * cfg.tile_m * 4)
+    scratch = max(pipe, (warps_k - 1) * cfg.tile_n * cfg.tile_m * 4, cfg.tile_m * cfg.tile_n * 4)
+    return scratch + (cfg.stages * MBARRIER_BYTES if tma else 0)
+
+
+def weight_stream_problem(cfg: HgemmConfig, arch: int) -> str:
+    """Why `cfg`'s weight stream cannot build or run on `arch`, or "" when it can: TMA needs sm_90 and W tile rows of
+    whole 64-element boxes (tile_k for nt, tile_n for nn)."""
+    stream = weight_stream(cfg)
+    if stream not in WEIGHT_STREAMS:
+        return f"weight_stream must be one of {tuple(WEIGHT_STREAMS)}, got {stream!r}"
+    if stream == "tma":
+        if arch < TMA_MIN_ARCH:
+            return f"the tma weight stream needs compute capability {TMA_MIN_ARCH}+, not {arch}"
+        _, w_cols = weight_tile(cfg)
+        if w_cols % TMA_BOX_COLS:
+            side = "tile_k" if cfg.layout == "nt" else "tile_n"
+            return f"the tma weight stream needs {side} ({w_cols}) to be a multiple of {TMA_BOX_COLS}"
+    return ""
 
 
 def registers(cfg: HgemmConfig) -> int:
@@ -69,6 +116,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"stages must be in [2, {MAX_STAGES}], got {cfg.stages}"
     if cfg.warps not in WARPS:
         return False, f"warps must be one of {WARPS}, got {cfg.warps}"
+    if why := weight_stream_problem(cfg, arch):
+        return False, why
     row_tiles16 = cfg.tile_n // 16
     if cfg.warps % row_tiles16 and row_tiles16 % cfg.warps:
         return False, f"warps ({cfg.warps}) must divide or be a multiple of tile_n/16 ({row_tiles16})"
@@ -90,8 +139,16 @@ def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
 
 
 def render(cfg: HgemmConfig) -> str:
-    """The `.cu` body instantiating `cfg` (codegen prepends the generated-file header)."""
-    return render_macro(cfg, "decode_gemm.cuh", "CUDAL2_DECODE_KERNEL")
+    """The `.cu` body instantiating `cfg` (codegen prepends the generated-file header): CUDAL2_DECODE_KERNEL for the
+    default weight stream, CUDAL2_DECODE_STREAM_KERNEL with the stream's enumerator otherwise."""
+    stream = weight_stream(cfg)
+    if not stream:
+        return render_macro(cfg, "decode_gemm.cuh", "CUDAL2_DECODE_KERNEL")
+    return (
+        '#include "cudal2/decode_gemm.cuh"\n\n'
+        f"CUDAL2_DECODE_STREAM_KERNEL({cfg.name}, {ELEMENTS[cfg.dtype]}, {LAYOUT_NT[cfg.layout]}, {cfg.tile_m}, "
+        f"{cfg.tile_n}, {cfg.tile_k}, {cfg.stages}, {cfg.warps}, {WEIGHT_STREAMS[stream]})\n"
+    )
 
 
 def _config(dtype: str, layout: str, tile_m: int, tile_n: int, tile_k: int, stages: int, warps: int) -> HgemmConfig:
@@ -109,3 +166,19 @@ def default_configs() -> list[HgemmConfig]:
         ("nt", 64, 128, 128, 3, 8), ("nt", 64, 256, 64, 4, 8), ("nn", 64, 128, 128, 3, 8),
         ("nt", 8, 128, 64, 4, 8), ("nt", 16, 128, 64, 4, 8)]
     return [_config(dtype, *shape) for dtype in ("fp16", "bf16") for shape in shapes]
+
+
+def weight_stream_candidates() -> list[HgemmConfig]:
+    """The non-default weight streams to time against the default set (not built by default): each default config
+    with the evictfirst stream, and with the tma stream where its tile allows (sm_90), plus tma configs with one more
+    stage (the dense swizzled W rows leave room for it)."""
+    out = []
+    for cfg in default_configs():
+        for stream in ("evictfirst", "tma"):
+            twin = dataclasses.replace(cfg, weight_stream=stream)
+            if feasible(twin, 90)[0]:
+                out.append(twin)
+        deeper = dataclasses.replace(cfg, weight_stream="tma", stages=cfg.stages + 1)
+        if feasible(deeper, 90)[0]:
+            out.append(deeper)
+    return out
