@@ -146,6 +146,19 @@ def test_code_fields_name_and_render(changes, suffix, arguments):
     assert text.rstrip().endswith(arguments + ")")
 
 
+def test_code_variants_cover_every_code_level_value():
+    """The named candidates of the GPU tests: feasible on sm80 and sm90, canonical names, none in the default set,
+    every off-default value of each code-level field, both dtypes and layouts, and tiles that are not powers of two."""
+    configs = [HgemmConfig.from_name(name) for name in sm80_cute.CODE_VARIANTS]
+    assert all(sm80_cute.feasible(cfg, arch) == (True, "") for cfg in configs for arch in (80, 90))
+    assert not set(sm80_cute.CODE_VARIANTS) & {cfg.name for cfg in codegen.default_configs()}
+    for field, values in sm80_cute.SPACE.items():
+        if field in sm80_cute.CODE_DEFAULTS:
+            assert {getattr(cfg, field) for cfg in configs} == set(values), field
+    assert {(cfg.dtype, cfg.layout) for cfg in configs} == {(d, l) for d in ("fp16", "bf16") for l in ("nn", "nt")}
+    assert {cfg.tile_m for cfg in configs} >= {48, 160} and {cfg.tile_n for cfg in configs} >= {96}
+
+
 def test_render_rejects_infeasible():
     with pytest.raises(ValueError, match="tile_k"):
         codegen.render(with_(tile_k=16))

@@ -216,6 +216,19 @@ def render(cfg: HgemmConfig) -> str:
 DEFAULT_SHAPES = ((64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (128, 128, 32, 4, 4), (32, 64, 64, 2, 4))
 
 
+# One kernel per off-default code-level value (and tiles that are not powers of two), over both dtypes and layouts:
+# named candidates for the GPU tests and the `candidates` stage of scripts/gpu_check.sh, never built by default.
+CODE_VARIANTS = (
+    "sm80_cute_fp16_nt_64x64x64_s3_w4_r1", "sm80_cute_bf16_nn_64x128x64_s3_w4_r3",
+    "sm80_cute_fp16_nn_64x64x64_s4_w4_p1", "sm80_cute_bf16_nt_64x64x64_s4_w4_p2",
+    "sm80_cute_fp16_nt_32x64x64_s5_w2_p3", "sm80_cute_bf16_nn_64x64x64_s6_w4_p4",
+    "sm80_cute_fp16_nt_64x128x64_s3_w4_stagger", "sm80_cute_bf16_nn_64x64x32_s4_w4_stagger",
+    "sm80_cute_fp16_nn_64x64x32_s4_w4_r1_stagger", "sm80_cute_fp16_nt_64x64x64_s3_w4_nosmem",
+    "sm80_cute_bf16_nn_32x64x64_s4_w2_nosmem", "sm80_cute_fp16_nt_64x64x64_s4_w4_nosmem_r3_p2_stagger",
+    "sm80_cute_fp16_nn_160x64x32_s3_w4", "sm80_cute_bf16_nt_64x96x64_s3_w4", "sm80_cute_fp16_nn_48x96x64_s4_w2",
+)
+
+
 def default_configs() -> list[HgemmConfig]:
     """The always-built set: four tiles for every dtype and layout (16 kernels), all feasible on sm80 and sm90."""
     return [HgemmConfig(family=FAMILY, dtype=dtype, layout=layout, tile_m=tm, tile_n=tn, tile_k=tk, warps=w, stages=s)

@@ -4,8 +4,11 @@ The library is $CUDAL2_TEST_KERNEL_LIB, e.g. built with
 `python -m build_tools.kernel_lib --names $(ls kernels/sm80 | grep sm80_cute | sed s/.cu//) --out libk.so --archs 9.0`,
 else the one the build installed beside cudal2_ops; a GPU run with neither fails.
 Besides the default set, VARIANT_NAMES exercise code paths the defaults do not (1- and 2-warp tiles with 16- and
-32-wide N-major atoms); build them with `python -m cudal2_catalog.codegen --names ...` first. Kernels missing from the
-library are skipped.
+32-wide N-major atoms), and sm80_cute.CODE_VARIANTS each off-default code-level value (register pipeline 1 and 3,
+cp.async prefetch 1..4, staggered A/B copies, the epilogue from registers, tiles of 48, 96 and 160); build them with
+`python -m cudal2_catalog.codegen --names ...` first, or as the candidates stage does:
+CANDIDATES=$(python -c "from cudal2_catalog.families.sm80_cute import CODE_VARIANTS; print(','.join(CODE_VARIANTS))")
+scripts/gpu_check.sh OUT candidates. Kernels missing from the library are skipped.
 """
 from __future__ import annotations
 
@@ -13,13 +16,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cudal2_testing.correctness import all_passed, run_checks, summarize
+from cudal2_testing.correctness.kernel_impl import KernelImpl
 from cudal2_testing.kernel_library import Kernel, KernelError, KernelLibrary
 from kernel_lib_under_test import library_under_test
 from cudal2_catalog.families import sm80_cute
 
 VARIANT_NAMES = ["sm80_cute_fp16_nn_16x32x32_s4_w1", "sm80_cute_bf16_nt_16x16x64_s4_w1",
                  "sm80_cute_fp16_nn_16x64x64_s3_w2", "sm80_cute_fp16_nt_64x32x64_s3_w4"]
-NAMES = [cfg.name for cfg in sm80_cute.default_configs()] + VARIANT_NAMES
+NAMES = [cfg.name for cfg in sm80_cute.default_configs()] + VARIANT_NAMES + list(sm80_cute.CODE_VARIANTS)
 TOL = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
 STATUS_WORKSPACE_TOO_SMALL = 2
 
@@ -212,3 +217,22 @@ def test_misaligned_pointer_rejected(kernels):
     assert not k.can_implement(k.problem(a, b, out))
     with pytest.raises(KernelError):
         k.run(a, b, out=out)
+
+
+# The harness checks an sm80_cute kernel can pass ("layouts" breaks the 16-byte alignment it requires on purpose).
+HARNESS_CHECKS = ("random", "exact", "exact_small_k", "guards", "determinism", "stream", "graph")
+# Residues in M, N and K against every tile (K a multiple of 8), one full-tile problem, a long K.
+HARNESS_SHAPES = [(128, 256, 512), (97, 200, 520), (161, 97, 72), (7, 65, 1000), (33, 160, 4104)]
+
+
+@pytest.mark.parametrize("name", sm80_cute.CODE_VARIANTS)
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("splits", [0, 1, 3, 16])
+def test_code_variants_pass_the_harness(kernels, name, with_bias, splits):
+    """Every code-level variant through the full correctness harness (random against the fp32 reference, exact
+    integers, NaN-poisoned outputs with guard bands, determinism, the caller's stream, graph capture), unsplit and
+    split in a cluster (3) and through the workspace (16)."""
+    k = get(kernels, name)
+    results = run_checks(KernelImpl(k, splits=splits), HARNESS_SHAPES, k.layout, k.dtype, with_bias=with_bias,
+                         checks=HARNESS_CHECKS)
+    assert all_passed(results), f"{name} splits={splits}:\n{summarize(results)}"

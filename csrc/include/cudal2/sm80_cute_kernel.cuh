@@ -106,9 +106,8 @@ __device__ __noinline__ void store_cluster_reduced(const float* tile, T* d, cons
   });
 }
 
-// The direct epilogue: adds the bias in fp32, rounds once to T and stores each pair of adjacent columns a thread
-// holds (values 2h, 2h+1 of every m16n8 accumulator atom: SM80_16x8_Row) with one 32-bit store, predicated on M and N.
-// `coords` holds each accumulator's (row, column) in the BM x BN tile at (m0, n0) of d [m, n].
+// The direct epilogue: bias in fp32, rounded once to T; each pair of adjacent columns a thread holds (values 2h, 2h+1
+// of an m16n8 accumulator atom, SM80_16x8_Row) is one 32-bit store. `coords`: each value's (row, column) in the tile.
 template <class T, class Acc, class Coords>
 __device__ inline void store_from_registers(const Acc& acc, const Coords& coords, T* d, const T* bias, int64_t ldd,
                                             int m, int n, int m0, int n0) {
@@ -164,7 +163,7 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
   const int m_rem = p.m - m0, n_rem = p.n - n0;
   const bool mn_interior = m_rem >= BM && n_rem >= BN;
 
-  // Issues the cp.async copies of K tile `kt` into `stage`: A's when kPart & kLoadA, B's when kPart & kLoadB.
+  // cp.async copies of K tile `kt` into `stage`: A's when kPart & kLoadA, B's when kPart & kLoadB.
   constexpr int kLoadA = 1, kLoadB = 2;
   auto load_k_tile = [&](int kt, int stage, auto part) {
     constexpr int kPart = decltype(part)::value;
@@ -193,8 +192,8 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
       if constexpr ((kPart & kLoadB) != 0) copy_tile_residue<Tr::kNN ? 0 : 1>(tBgB, tBsB, tBcB, n_rem, k_rem, p.b);
     }
   };
-  constexpr auto kTileA = Int<Tr::kStaggerAB ? kLoadA : kLoadA | kLoadB>{};  // issued at k-block 0
-  constexpr auto kTileB = Int<kLoadB>{};                                       // issued at k-block 1 when staggered
+  constexpr auto kTileA = Int<Tr::kStaggerAB ? kLoadA : kLoadA | kLoadB>{};  // at k-block 0
+  constexpr auto kTileB = Int<kLoadB>{};                                       // at k-block 1 when staggered
 
   // Fragments and smem -> register (ldmatrix) copies.
   typename Tr::TiledMma mma;
@@ -214,8 +213,7 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
   Tensor tXrB = s2r_thr_b.retile_D(tCrB);
   constexpr int kBlocks = size<2>(tCrA);
 
-  // Register pipeline: k-block kb + kRegAhead is loaded (ldmatrix) while the MMAs of k-block kb run; the loads move
-  // on to the next tile's stage kRegAhead k-blocks before its end (at its end without register pipelining).
+  // Register pipeline: k-block kb + kRegAhead is loaded (ldmatrix) during the MMAs of k-block kb.
   constexpr int kRegAhead = Tr::kRegPipeline - 1;
   constexpr int kPrefetch = Tr::kPrefetch;
   static_assert(kRegAhead < kBlocks, "the register pipeline must be shorter than a K tile's k-blocks");
@@ -238,15 +236,15 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
     copy(s2r_b, tXsB(_, _, kb, read_stage), tXrB(_, _, kb));
   }
 
-  // The next tile's stage: wait for its copies (kPrefetch-1 younger groups may stay in flight), make them visible.
+  // The next tile's stage: wait for its copies (kPrefetch-1 younger groups stay in flight), make them visible.
   auto next_read_stage = [&]() {
     read_stage = (read_stage == kStages - 1) ? 0 : read_stage + 1;
     cp_async_wait<kPrefetch - 1>();
     __syncthreads();
     return read_stage;
   };
-  // Closes the cp.async group of the tile kPrefetch ahead and moves the write stage on (the stage read kStages -
-  // kPrefetch tiles earlier, all of whose ldmatrix loads precede the last next_read_stage barrier).
+  // Closes the cp.async group of the tile kPrefetch ahead; the next write stage was read kStages - kPrefetch tiles
+  // earlier, before the last next_read_stage barrier.
   auto commit_tile = [&]() {
     ++kt_next;
     cp_async_fence();
@@ -258,13 +256,13 @@ __global__ void __launch_bounds__(Tr::kThreads) gemm_kernel(const GemmParams<typ
   };
 
   // Mainloop: while computing k-block kb, load k-block kb+kRegAhead into registers; at kb == 0 issue the cp.async
-  // of the tile kPrefetch ahead (its B copies at kb == 1 when staggered).
+  // of the tile kPrefetch ahead (B's at kb == 1 when staggered).
   for (int t = 0; t < n_tiles; ++t) {
     int stage = read_stage;
     CUTE_UNROLL
     for (int kb = 0; kb < kBlocks; ++kb) {
       if constexpr (Tr::kStaggerAB) {
-        if (kb == 1) {  // before the stage switch, so that the wait there counts this tile's group
+        if (kb == 1) {  // before the stage switch: its wait counts this group
           if (kt_next < kt_end) load_k_tile(kt_next, write_stage, kTileB);
           commit_tile();
         }
