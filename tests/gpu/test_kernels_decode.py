@@ -13,6 +13,7 @@ import torch
 
 from cudal2_testing.kernel_library import Kernel, KernelLibrary, Problem
 from kernel_lib_under_test import library_under_test
+from cudal2_catalog.config import config_of
 from cudal2_catalog.families import decode
 
 TOLERANCE = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
@@ -231,6 +232,74 @@ def test_programmatic_launch_sees_preceding_writes(kernels, splits):
     for i, out in enumerate(outs):
         wt = weights[i % 2].float().t()
         assert torch.equal(out.float(), (a.float() @ wt) @ wt), f"{kernel.name} splits={splits}: call {i} differs"
+
+
+def weight_stream(kernel: Kernel) -> str:
+    """The kernel's weight stream ("" = cp.async, "evictfirst", "tma"), from its name."""
+    cfg = config_of(kernel.name)
+    return decode.weight_stream(cfg) if cfg is not None else ""
+
+
+def bits(shape, dtype, gen, density=0.5) -> torch.Tensor:
+    """Random 0/1 values: sums of products stay exact integers in fp32."""
+    return (torch.rand(*shape, generator=gen, device="cuda") < density).to(dtype)
+
+
+def exact_product(a: torch.Tensor, b: torch.Tensor, layout: str) -> torch.Tensor:
+    """a @ op(b) in float64, rounded to a's dtype."""
+    return (a.double() @ (b.double().t() if layout == "nt" else b.double())).to(a.dtype)
+
+
+def test_weight_views_and_the_tensor_map_cache(kernels):
+    """Every kernel (for TMA ones: the per-weight tensor-map cache) on weights seen one after the other: a strided
+    view (ldb > row length) whose base is 16 but not 128-byte aligned, then the same base pointer and shape with
+    another ldb, then another weight of the same shape. A map reused for the wrong ldb or pointer breaks exactness."""
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    m, n, k = 5, 200, 1032
+    for kernel in kernels.values():
+        mm = min(m, tile_m(kernel))
+        a = bits((mm, k), kernel.dtype, gen)
+        rows, cols = (n, k) if kernel.layout == "nt" else (k, n)
+        store = bits((rows, cols + 72), kernel.dtype, gen)
+        narrow = store.view(-1)[8:8 + rows * (cols + 8)].view(rows, cols + 8)  # same base + 16 bytes, ldb = cols + 8
+        for b in (store[:, 8:8 + cols], narrow[:, :cols], bits((rows, cols), kernel.dtype, gen)):
+            out = run_poisoned(kernel, a, b, splits=0)
+            assert torch.equal(out, exact_product(a, b, kernel.layout)), f"{kernel.name} ldb={b.stride(0)}"
+
+
+def test_rejects_misaligned_weight(kernels):
+    """A weight whose base or row stride is not a multiple of 16 bytes is refused (TMA and cp.async alike)."""
+    for kernel in kernels.values():
+        dt, n, k = kernel.dtype, 64, 64
+        rows, cols = (n, k) if kernel.layout == "nt" else (k, n)
+        a, out = torch.zeros(2, k, dtype=dt, device="cuda"), torch.empty(2, n, dtype=dt, device="cuda")
+        shifted = torch.zeros(rows, cols + 8, dtype=dt, device="cuda")[:, 1:cols + 1]
+        odd_ld = torch.zeros(rows, cols + 3, dtype=dt, device="cuda")[:, :cols]
+        for b in (shifted, odd_ld):
+            assert not kernel.can_implement(kernel.problem(a, b, out)), f"{kernel.name} ldb={b.stride(0)}"
+
+
+@pytest.mark.parametrize("splits", [0, 1, 3])
+def test_weight_streams_agree_bitwise(kernels, splits):
+    """Kernels of one tile differing only in their weight stream compute the same sums in the same order: equal
+    bit for bit on random inputs with bias (odd N and K residues)."""
+    groups: dict[str, list[Kernel]] = {}
+    for kernel in kernels.values():
+        stream = weight_stream(kernel)
+        base = kernel.name[:-len(stream) - 1] if stream else kernel.name
+        groups.setdefault(base, []).append(kernel)
+    pairs = [g for g in groups.values() if len(g) > 1]
+    if not pairs:
+        pytest.skip("no two kernels of one tile with different weight streams in the library")
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    for group in pairs:
+        first = group[0]
+        n = 1001 if first.layout == "nt" else 1000  # NN needs N % 8 == 0
+        a, b = make_inputs(tile_m(first) - 1, n, 3080, first.dtype, first.layout, gen)
+        bias = torch.randn(n, generator=gen, device="cuda").to(first.dtype)
+        want = run_poisoned(first, a, b, bias, splits)
+        for other in group[1:]:
+            assert torch.equal(run_poisoned(other, a, b, bias, splits), want), f"{other.name} != {first.name}"
 
 
 class _Launcher:

@@ -345,7 +345,9 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_gemm_tma_kernel(const __g
       w.num_tiles,
       [&](int stage, int t) {
         T* stage_smem = smem + stage * Tr::kStageElems;
-        if (threadIdx.x == 0) load_w_tile_tma<T, Tr>(&p.w_map, stage_smem, full + 8 * stage, w.n0, w.tile_begin + t, policy);
+        if (threadIdx.x == 0) {
+          load_w_tile_tma<T, Tr>(&p.w_map, stage_smem, full + 8 * stage, w.n0, w.tile_begin + t, policy);
+        }
         load_x_tile<T, Tr>(p, stage_smem, w.tile_begin + t, w.m_tiles * 8);
       },
       [&](int stage) {
