@@ -87,15 +87,18 @@ class Policy:
         self.temperature = temperature
         self.llm_prior = llm_prior
         self.dims = dimensions(arch)
-        self.weights = _prior(self.dims)
+        self.prior = _prior(self.dims)
+        self.weights = {dim: w.copy() for dim, w in self.prior.items()}
         self.baselines: dict[str, float] = {}
         self.elites: dict[str, list[tuple[float, str]]] = {}  # problem key -> [(reward, candidate id)], best first
         self.updates = 0
         self.rng = random.Random(seed)
+        self.fitted_configs: frozenset[str] | None = None  # the kernels a warm start measured (None: no warm start)
 
-    def log_probabilities(self, dim: str, phi: np.ndarray) -> np.ndarray:
-        """The log-softmax over `dim`'s values in context `phi` (finite however peaked the policy is)."""
-        logits = self.weights[dim] @ phi / self.temperature
+    def log_probabilities(self, dim: str, phi: np.ndarray, weights: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """The log-softmax over `dim`'s values in context `phi` (finite however peaked the policy is), under the
+        policy's weights or `weights`."""
+        logits = (self.weights if weights is None else weights)[dim] @ phi / self.temperature
         logits -= logits.max()
         return logits - np.log(np.exp(logits).sum())
 
@@ -126,19 +129,32 @@ class Policy:
     def preference(self, problem: Problem, candidate: Candidate) -> float:
         """How much the policy prefers a config candidate for `problem`: the sum over its choices of log(p(value) /
         p(most probable value)) (0 = the policy's mode; comparable across families with different numbers of
-        dimensions and choices, unlike the log-probability)."""
+        dimensions and choices, unlike the log-probability). A kernel the warm start had no measurement of is
+        judged by the prior (`judged_by`)."""
         phi = features(problem)
+        weights = self.judged_by(candidate)
         total = 0.0
         for dim, value in self.choices(candidate):
-            logp = self.log_probabilities(dim, phi)
+            logp = self.log_probabilities(dim, phi, weights)
             total += float(logp[self.dims[dim].index(value)] - logp.max())
         return total
 
     def log_probability(self, problem: Problem, candidate: Candidate) -> float:
-        """The log-probability that `sample(problem)` draws a config candidate's point."""
+        """The log-probability that `sample(problem)` draws a config candidate's point (under the prior for a kernel
+        the warm start had no measurement of, `judged_by`)."""
         phi = features(problem)
-        return sum(float(self.log_probabilities(dim, phi)[self.dims[dim].index(value)])
+        weights = self.judged_by(candidate)
+        return sum(float(self.log_probabilities(dim, phi, weights)[self.dims[dim].index(value)])
                    for dim, value in self.choices(candidate))
+
+    def judged_by(self, candidate: Candidate) -> dict[str, np.ndarray]:
+        """The weights that judge a config candidate: the policy's, or the prior's for a kernel a warm start fit
+        the policy without measuring (the fit learned its family and fields from other kernels, e.g. that Hopper
+        kernels lose on small shapes from an older GPU's sweep that had no swap-AB kernel: a kernel without
+        evidence is ranked by the prior, not below the kernels measured slow)."""
+        if self.fitted_configs is None or candidate.config in self.fitted_configs:
+            return self.weights
+        return self.prior
 
     def choices(self, candidate: Candidate) -> list[tuple[str, Any]]:
         """(dimension, value) of every choice a config candidate makes: its family, then its family's fields and
@@ -215,7 +231,8 @@ class Policy:
         return {"arch": self.arch, "seed": self.seed, "temperature": self.temperature, "updates": self.updates,
                 "llm_prior": self.llm_prior,
                 "weights": {d: w.tolist() for d, w in self.weights.items()}, "baselines": self.baselines,
-                "elites": {k: [list(e) for e in v] for k, v in self.elites.items()}}
+                "elites": {k: [list(e) for e in v] for k, v in self.elites.items()},
+                "fitted_configs": None if self.fitted_configs is None else sorted(self.fitted_configs)}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "Policy":
@@ -229,4 +246,6 @@ class Policy:
             policy.weights[dim] = np.array(w)
         policy.baselines = dict(doc["baselines"])
         policy.elites = {k: [(float(r), str(c)) for r, c in v] for k, v in doc["elites"].items()}
+        fitted = doc.get("fitted_configs")
+        policy.fitted_configs = None if fitted is None else frozenset(fitted)
         return policy

@@ -147,7 +147,8 @@ def warm_start(policy: Policy, measurements: list[Measurement], seed: int = 0) -
     """Fits the policy to `measurements` (those its space can express): EPOCHS passes over their problems in a
     seeded shuffled order, each a step towards the advantage-weighted choice distribution of the problem's
     measured candidates (an offline fit: unlike replaying policy-gradient steps it converges instead of
-    saturating). Per-problem baselines and elites stay empty. Returns how many measurements were used."""
+    saturating). Per-problem baselines and elites stay empty; the kernels measured join `policy.fitted_configs`
+    (a kernel outside them is judged by the prior, `Policy.judged_by`). Returns how many measurements were used."""
     by_problem: dict[Problem, list[tuple[Candidate, float]]] = collections.defaultdict(list)
     used = 0
     for problem, cand, value in measurements:
@@ -160,6 +161,8 @@ def warm_start(policy: Policy, measurements: list[Measurement], seed: int = 0) -
             for dim, choice in policy.choices(cand):
                 known[dim].add(choice)
     fitted = [(problem, targets(policy, problem, measured, known)) for problem, measured in by_problem.items()]
+    policy.fitted_configs = (policy.fitted_configs or frozenset()) | {cand.config for measured in by_problem.values()
+                                                                      for cand, _ in measured}
     rng = random.Random(seed)
     for _ in range(EPOCHS):
         rng.shuffle(fitted)

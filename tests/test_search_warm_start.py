@@ -4,7 +4,7 @@ from pathlib import Path
 from cudal2_testing.measure import shapes
 from search import warm_start
 from studies import budget_study
-from search.candidate import Problem
+from search.candidate import Candidate, Problem
 from search.loop import RunArgs, Search
 from search.policy import Policy, features
 from search.reward import FAILURE_REWARD
@@ -111,3 +111,24 @@ def test_unmeasured_choices_keep_the_prior_and_stay_above_measured_losers():
     fitted = dict(zip(policy.dims[dim], policy.probabilities(dim, features(problem))))
     assert fitted[0] > fitted[2] > 1.5 * fitted[1]
     assert all(abs(fitted[v] - prior[v]) < 0.005 for v in (2, 4, 8, 16))
+
+
+def test_a_kernel_the_source_never_measured_is_not_ranked_below_its_measured_losers():
+    """An older sweep without swap-AB kernels finds Hopper kernels slow on a small shape: the fit pushes the Hopper
+    family down there, but a swap-AB kernel it never measured is judged by the prior, so it ranks above the Hopper
+    kernel measured slow (and in the pool draws too), and keeps the rank the cold policy gives it."""
+    small = (256, 256, 2048)
+    winner, loser = SM80, "sm90_tma_ws_fp16_nt_64x128x64_s0_c1x1_pingpong_persistent"
+    unmeasured = Candidate(config="sm90_tma_ws_fp16_nt_64x16x128_s0_c1x1_pingpong_persistent_swap")
+    problem = Problem("nt", "fp16", *small)
+    policy = Policy(90, 0)
+    cold = policy.preference(problem, unmeasured)
+    shapes = [small] + [(m, n, 2048) for m in (128, 512) for n in (128, 512)]
+    warm_start.warm_start(policy, warm_start.from_sweep(sweep_doc([(s, [(winner, 5.0, True), (loser, 8.0, True)])
+                                                                   for s in shapes])))
+    assert policy.fitted_configs == {winner, loser}
+    measured_loser = Candidate(config=loser)
+    assert policy.preference(problem, unmeasured) > policy.preference(problem, measured_loser)
+    assert policy.log_probability(problem, unmeasured) > policy.log_probability(problem, measured_loser)
+    assert policy.preference(problem, unmeasured) == cold
+    assert Policy.from_json(policy.to_json()).fitted_configs == policy.fitted_configs
