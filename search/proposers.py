@@ -161,13 +161,15 @@ class SweepHeuristicProposer:
 class PolicyProposer:
     """The learned policy's proposals, of every `n`: up to `exploit` of them exploit the problem's elites (local
     search: first the untried runtime knob variants of the elites' kernels, best first, on the sweep's knob grid,
-    which need no new build, in the order the policy prefers for the problem; then mutations of the elites, a `step` share
-    moving one choice to an adjacent value, the others redrawing one choice from the policy); `sample` of them are drawn from the contextual policy; the rest are the untried points of a library
-    (the built default kernels and the best candidates of neighbouring problems) that the policy prefers for this
-    problem. On the simulated benchmark (the calibrated arch-90 model), 24 evaluations per problem, 40 G1000 shapes,
-    seeds 0-2, this gives a geomean best speedup of 1.166 / 1.080 / 1.131 against the sweep heuristic's 0.950 / 0.953
-    / 0.977 and random search's 0.831 / 0.836 / 0.856; without learning (learning rate 0) the same proposer reaches
-    1.014 / 1.022 / 1.099 (simulated figures: search/README.md, "What the simulator may be cited for")."""
+    which need no new build, in the order the policy prefers for the problem; then mutations of the elites, a `step`
+    share moving one choice to an adjacent value, the others redrawing one choice from the policy); `sample` of them
+    are drawn from the contextual policy; the rest are the untried points of a library (the built default kernels
+    and the best candidates of neighbouring problems) that the policy prefers for this problem. On the simulated
+    benchmark (the calibrated arch-90 model), 24 evaluations per problem, 40 G1000 shapes, seeds 0-2, the proposer
+    before the knob-variant exploitation (commit 95f7dc5; not measured again since) gave a geomean best speedup of
+    1.166 / 1.080 / 1.131 against the sweep heuristic's 0.950 / 0.953 / 0.977 and random search's 0.831 / 0.836 /
+    0.856; without learning (learning rate 0) the same proposer reaches 1.014 / 1.022 / 1.099 (simulated figures:
+    search/README.md, "What the simulator may be cited for")."""
 
     policy: Policy
     exploit: float = 0.5

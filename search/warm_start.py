@@ -8,14 +8,17 @@ targets of an offline fit (per problem, each dimension's softmax is pulled towar
 candidates weighted by exp(reward / 0.05), smoothed); per-problem baselines and elites stay empty, so that the run's
 own problems start from their own measurements. The fit speaks only for what the source measured: a choice none of
 its candidates made on any problem (a kernel newer than the source, e.g. the swap-AB kernels an older GPU's sweep
-predates) keeps the policy's prior instead of being pushed below the kernels the source measured and found slow.
+predates) keeps the policy's prior instead of being pushed below the kernels the source measured and found slow,
+and a kernel the source never measured is ranked by the prior (`Policy.judged_by`), not by the family and fields the
+fit learned from other kernels.
 
-On the simulated benchmark (`python -m studies.budget_study`: 100 G1000 shapes, seeds 0-2, warm start from a simulated
-sweep of 100 other shapes; the calibrated arch-90 model, benchmarks/results/simulated/
-budget_study_calibrated_2026-11-25.md) the geomean best speedup at 4 / 8 / 24 evaluations per problem is 0.937 /
-0.987 / 1.227 warm, 0.785 / 0.903 / 1.163 cold, 0.840 / 0.869 / 0.975 for the sweep heuristic (simulated figures:
-search/README.md, "What the simulator may be cited for"); tests/test_search_warm_start.py checks the 4-evaluation
-gain on a smaller sample.
+On the simulated benchmark (`python -m studies.budget_study`: 100 G1000 shapes, seeds 0-2, warm start from a
+simulated sweep of 100 other shapes; the calibrated arch-90 model, benchmarks/results/simulated/
+budget_study_calibrated_2026-11-25.md; the fit and proposer of commit 95f7dc5, before unmeasured choices kept the
+prior and before the knob-variant exploitation, not measured again since) the geomean best speedup at 4 / 8 / 24
+evaluations per problem was 0.937 / 0.987 / 1.227 warm, 0.785 / 0.903 / 1.163 cold, 0.840 / 0.869 / 0.975 for the
+sweep heuristic (simulated figures: search/README.md, "What the simulator may be cited for");
+tests/test_search_warm_start.py checks the 4-evaluation gain on a smaller sample.
 """
 from __future__ import annotations
 

@@ -20,6 +20,8 @@ sets: a stratified `--shapes`-problem sample (per seed) of the file's G1000 fp16
 decode shapes (M <= `--decode-max-m`, fp16 NT). One run per (set, proposer, seed) at the largest budget: a run is
 deterministic and does not know its budget, so its first b x problems evaluations are the run at b per problem;
 the curve is the geomean over the set of the best speedup found after each b (0.01 for a problem with none yet).
+The page states the issue's target per set and rl variant (random search's final geomean reached within a third of
+its evaluations) and the evaluations to reach 99% of it; `--before` repeats that table for an earlier result.
 
     python -m studies.budget_replay --sweep benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \\
         --warm-from benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json \\
