@@ -14,9 +14,11 @@ DTYPES = ("fp16", "bf16")
 LAYOUTS = ("nn", "nt")
 EPILOGUES = ("nosmem",)         # non-default values of HgemmConfig.epilogue (name tokens)
 SPLITK_POLICIES = ("workspace",)  # non-default values of HgemmConfig.splitk (name tokens)
-# Code-level fields of one family's template (HgemmConfig.reg_pipeline, smem_prefetch, stagger_ab): any other family
-# must leave them at their defaults, so that no other kernel's name carries their tokens.
-FAMILY_FIELDS = {"reg_pipeline": "sm80_cute", "smem_prefetch": "sm80_cute", "stagger_ab": "sm80_cute"}
+WEIGHT_STREAMS = ("evictfirst", "tma")  # non-default values of HgemmConfig.weight_stream (name tokens)
+# Code-level fields of one family's template (HgemmConfig.reg_pipeline, smem_prefetch, stagger_ab, weight_stream): any
+# other family must leave them at their defaults, so that no other kernel's name carries their tokens.
+FAMILY_FIELDS = {"reg_pipeline": "sm80_cute", "smem_prefetch": "sm80_cute", "stagger_ab": "sm80_cute",
+                 "weight_stream": "decode"}
 
 # Where each family's generated sources live, and which GPU architectures they are compiled for.
 ARCH_DIR = {"sm90_tma_ws": "sm90", "sm80_cute": "sm80", "decode": "sm80", "tiny": "sm80"}
@@ -69,6 +71,8 @@ class HgemmConfig:
     reg_pipeline: register fragment buffers (2 = ldmatrix of k-block i+1 while computing i; 1 = load k-block i, then
     compute it; 3 = two k-blocks ahead). smem_prefetch: how many K tiles cp.async runs ahead (0 = stages-1).
     stagger_ab: issue a tile's B copies one k-block after its A copies, between the MMAs.
+    Code-level field of the decode family: weight_stream: "" (cp.async into padded rows) | "evictfirst" (the same
+    copies with an L2 evict-first hint) | "tma" (2-D tensor-map copies into a swizzled ring, evict-first, sm_90).
     """
 
     family: str
@@ -89,6 +93,7 @@ class HgemmConfig:
     reg_pipeline: int = 2
     smem_prefetch: int = 0
     stagger_ab: bool = False
+    weight_stream: str = ""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -101,6 +106,9 @@ class HgemmConfig:
             raise ValueError(f"unknown epilogue {self.epilogue!r}; supported: '' (default) or one of {EPILOGUES}")
         if self.splitk and self.splitk not in SPLITK_POLICIES:
             raise ValueError(f"unknown splitk {self.splitk!r}; supported: '' (default) or one of {SPLITK_POLICIES}")
+        if self.weight_stream and self.weight_stream not in WEIGHT_STREAMS:
+            raise ValueError(f"unknown weight_stream {self.weight_stream!r}; supported: '' (default) or one of "
+                             f"{WEIGHT_STREAMS}")
         if type(self.reg_pipeline) is not int or self.reg_pipeline < 1:
             raise ValueError(f"reg_pipeline {self.reg_pipeline!r}: register fragment buffers, an int >= 1")
         if type(self.smem_prefetch) is not int or self.smem_prefetch < 0:
@@ -134,6 +142,8 @@ class HgemmConfig:
             parts.append(f"p{self.smem_prefetch}")
         if self.stagger_ab:
             parts.append("stagger")
+        if self.weight_stream:
+            parts.append(self.weight_stream)
         return "_".join(parts)
 
     @property
@@ -175,6 +185,8 @@ class HgemmConfig:
                 fields["smem_prefetch"] = int(m[1])
             elif token == "stagger":
                 fields["stagger_ab"] = True
+            elif token in WEIGHT_STREAMS:
+                fields["weight_stream"] = token
             else:
                 raise ValueError(f"kernel name {name!r}: unknown part {token!r}")
         cfg = cls(**fields)

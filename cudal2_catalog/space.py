@@ -16,7 +16,7 @@ from cudal2_catalog.families import family_module
 
 # HgemmConfig fields a point chooses (dtype and layout come from the problem) and the runtime knobs.
 CONFIG_FIELDS = ("tile_m", "tile_n", "tile_k", "stages", "cluster_m", "cluster_n", "schedule", "scheduler", "warps",
-                 "swap_ab", "epilogue", "splitk", "reg_pipeline", "smem_prefetch", "stagger_ab")
+                 "swap_ab", "epilogue", "splitk", "reg_pipeline", "smem_prefetch", "stagger_ab", "weight_stream")
 KNOB_FIELDS = Knobs._fields
 POINT_FIELDS = ("family", "dtype", "layout", *CONFIG_FIELDS, *KNOB_FIELDS)
 
@@ -45,6 +45,9 @@ MEANINGS = {
     "smem_prefetch": "sm80_cute: K tiles the cp.async pipeline runs ahead, 1..stages-2 (0 = stages-1, the deepest)",
     "stagger_ab": "sm80_cute: issue a K tile's B copies one k-block after its A copies, between the MMAs (spreads "
                   "the global loads)",
+    "weight_stream": "decode: how the weight tiles reach shared memory: '' = cp.async into padded rows (default), "
+                     "evictfirst = the same with an L2 evict-first hint, tma = 2-D tensor-map copies into a swizzled "
+                     "ring with evict-first (sm90; NT needs tile_k % 64 == 0, NN tile_n % 64 == 0)",
     "splits": "runtime split-K parts (0 = the kernel's automatic choice; stream-K decomposition on sm90; tiny: CTAs of "
               "a cluster, 1..8)",
     "swizzle": "runtime CTA swizzle group: output tiles walked together for L2 reuse (0 = default)",

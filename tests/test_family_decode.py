@@ -101,27 +101,13 @@ def test_one_config_compiles_without_spills(tmp_path, kernel_toolchain):
 
 # --- weight streams (decode_weight_stream.cuh) ---------------------------------------------------------------------
 
-if "weight_stream" in HgemmConfig.__dataclass_fields__:
-    StreamConfig = HgemmConfig
-else:
-    @dataclasses.dataclass(frozen=True, order=True)
-    class StreamConfig(HgemmConfig):
-        """HgemmConfig plus the decode weight_stream field as requested for config.py: the value is the name token."""
-
-        weight_stream: str = ""
-
-        @property
-        def name(self) -> str:
-            return f"{super().name}_{self.weight_stream}" if self.weight_stream else super().name
-
-
 def scfg(stream: str, **overrides) -> HgemmConfig:
-    return StreamConfig(**{**dataclasses.asdict(cfg(**overrides)), "weight_stream": stream})
+    return dataclasses.replace(cfg(**overrides), weight_stream=stream)
 
 
 def test_default_set_keeps_the_cp_async_stream_and_its_macro():
     for c in decode.default_configs():
-        assert decode.weight_stream(c) == ""
+        assert c.weight_stream == ""
         body = codegen.render(c)
         assert "CUDAL2_DECODE_KERNEL(" in body and "STREAM" not in body
 
@@ -194,20 +180,17 @@ def test_smem_model_matches_the_template(tmp_path, kernel_toolchain):
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
-def test_weight_stream_candidates(monkeypatch):
-    """Twins of the default set with non-default streams, all feasible on sm_90 (stand-in configs until
-    HgemmConfig has weight_stream); with the field, their names parse back."""
-    defaults = [StreamConfig(**dataclasses.asdict(c)) for c in decode.default_configs()]
-    monkeypatch.setattr(decode, "default_configs", lambda: defaults)
+def test_weight_stream_candidates():
+    """Twins of the default set with non-default streams, all feasible on sm_90, whose names parse back."""
+    defaults = decode.default_configs()
     found = decode.weight_stream_candidates()
     names = [c.name for c in found]
     assert len(set(names)) == len(names) and not set(names) & {c.name for c in defaults}
-    assert all(decode.feasible(c, 90)[0] and decode.weight_stream(c) in ("tma", "evictfirst") for c in found)
+    assert all(decode.feasible(c, 90)[0] and c.weight_stream in ("tma", "evictfirst") for c in found)
     for c in defaults:  # every default shape has both twins (all default W tiles are whole 64-element boxes)
         assert dataclasses.replace(c, weight_stream="tma") in found
         assert dataclasses.replace(c, weight_stream="evictfirst") in found
-    if StreamConfig is HgemmConfig:
-        assert all(HgemmConfig.from_name(c.name) == c for c in found)
+    assert all(HgemmConfig.from_name(c.name) == c for c in found)
 
 
 def test_stream_configs_compile_without_spills(tmp_path, kernel_toolchain):

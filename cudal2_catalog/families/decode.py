@@ -35,8 +35,8 @@ TMA_STAGE_ALIGN = 1024            # each stage starts 1 KiB aligned
 MBARRIER_BYTES = 8                # one per stage
 
 # Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
-SPACE: dict[str, tuple] = space(TILE_M, tuple(range(16, 257, 16)), TILE_K, tuple(range(2, MAX_STAGES + 1)),
-                                WARPS)
+SPACE: dict[str, tuple] = {**space(TILE_M, tuple(range(16, 257, 16)), TILE_K, tuple(range(2, MAX_STAGES + 1)),
+                                   WARPS), "weight_stream": tuple(WEIGHT_STREAMS)}
 # Every value of each runtime knob: splits (0 = automatic, one resident wave); swizzle and raster are ignored.
 KNOB_SPACE: dict[str, tuple] = {"splits": (0, *KNOB_SPLITS, 64), "swizzle": (0,), "raster": (0,)}
 
@@ -45,11 +45,6 @@ def warp_grid(cfg: HgemmConfig) -> tuple[int, int, int]:
     """(warps_n, warps_k, row tiles per warp), as `Traits` in decode_kernel.cuh derives them."""
     warps_n = min(cfg.warps, cfg.tile_n // 16)
     return warps_n, cfg.warps // warps_n, cfg.tile_n // 16 // warps_n
-
-
-def weight_stream(cfg: HgemmConfig) -> str:
-    """`cfg`'s weight stream, a key of WEIGHT_STREAMS ("" while HgemmConfig has no weight_stream field)."""
-    return getattr(cfg, "weight_stream", "")
 
 
 def weight_tile(cfg: HgemmConfig) -> tuple[int, int]:
@@ -64,7 +59,7 @@ def smem_bytes(cfg: HgemmConfig) -> int:
     under TMA."""
     w_rows, w_cols = weight_tile(cfg)
     x_elems = cfg.tile_m * (cfg.tile_k + ROW_PAD)
-    tma = weight_stream(cfg) == "tma"
+    tma = cfg.weight_stream == "tma"
     if tma:
         stage = -(-(w_rows * w_cols + x_elems) * ELEMENT_BYTES // TMA_STAGE_ALIGN) * TMA_STAGE_ALIGN
         pipe = TMA_ALIGN_SLACK + cfg.stages * stage
@@ -78,7 +73,7 @@ def smem_bytes(cfg: HgemmConfig) -> int:
 def weight_stream_problem(cfg: HgemmConfig, arch: int) -> str:
     """Why `cfg`'s weight stream cannot build or run on `arch`, or "" when it can: TMA needs sm_90 and W tile rows of
     whole 64-element boxes (tile_k for nt, tile_n for nn)."""
-    stream = weight_stream(cfg)
+    stream = cfg.weight_stream
     if stream not in WEIGHT_STREAMS:
         return f"weight_stream must be one of {tuple(WEIGHT_STREAMS)}, got {stream!r}"
     if stream == "tma":
@@ -141,7 +136,7 @@ def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
 def render(cfg: HgemmConfig) -> str:
     """The `.cu` body instantiating `cfg` (codegen prepends the generated-file header): CUDAL2_DECODE_KERNEL for the
     default weight stream, CUDAL2_DECODE_STREAM_KERNEL with the stream's enumerator otherwise."""
-    stream = weight_stream(cfg)
+    stream = cfg.weight_stream
     if not stream:
         return render_macro(cfg, "decode_gemm.cuh", "CUDAL2_DECODE_KERNEL")
     return (
