@@ -43,6 +43,10 @@ PROTOCOL_IMPLS=${PROTOCOL_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-auto
 # bench-tuned: the same-layout bars and their independent repeats (the noise floor of docs/EVALUATION.md)
 TUNED_IMPLS=${TUNED_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn,cublaslt-autotune-nn-repeat,cublaslt-autotune-tn-repeat}
 GPU_SLUG=$("$PY" -c "import torch; from cudal2_ops.tables import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))" 2>/dev/null || echo unknown_gpu)
+# Every kernel build here (the extension's and the candidates') targets this GPU only, as setup.py does, so objects
+# prebuilt for it elsewhere (build/kernel_cache, carried) are found by the same keys.
+GPU_ARCH=$("$PY" -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}.{n}' + 'a' * (m == 9))" 2>/dev/null)
+[ -z "${GPU_ARCH}" ] || export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$GPU_ARCH}
 
 stage() {  # stage NAME COMMAND...: runs COMMAND with its log in OUT_DIR/NAME.log, records status and duration
   local name=$1; shift
