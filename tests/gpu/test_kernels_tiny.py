@@ -11,8 +11,8 @@ of its rule (one K tile, the K range the stages hold at once and one tile more, 
 where the K groups join) and on the register epilogue's element-by-element stores (D not 16-byte aligned). Every tiny
 kernel of the library is tested; beyond the default set, these variants cover each warp layout the family derives
 (16x16 tile with 8 K groups, 16x16 warp tiles of a 16x64 tile with 2 K groups, 32x16 warp tiles with tile_m 128 and
-4 K groups, one 32x32 warp, 8 covering warps of 32x32, 4 K groups on 8 resident stages):
-tiny_fp16_nn_16x16x128_s2_w8 tiny_bf16_nt_16x64x64_s3_w8 tiny_bf16_nn_128x16x64_s2_w16 tiny_fp16_nt_32x32x32_s3_w1
+2 K groups (4 exceed the register bound), one 32x32 warp, 8 covering warps of 32x32, 4 K groups on 8 resident stages):
+tiny_fp16_nn_16x16x128_s2_w8 tiny_bf16_nt_16x64x64_s3_w8 tiny_bf16_nn_128x16x64_s2_w8 tiny_fp16_nt_32x32x32_s3_w1
 tiny_bf16_nt_64x128x128_s2_w8 tiny_fp16_nt_32x32x64_s8_w16 (python -m cudal2_catalog.codegen --names ..., then build
 them with the defaults). Timing is the sweep's job (python -m search.sweep) and benchmarks.latency_floor's.
 """
