@@ -30,7 +30,8 @@
 # judge-bench (python -m search.judge_bench: the judge's evaluations per minute and its verdicts on the kernels an
 # earlier judge flagged wrongly, then the judge's GPU tests).
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
-# Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/.
+# Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/
+# (scripts/prebuild_kernels.sh builds it on a machine without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: scripts/gpu_check.sh OUT_DIR STAGE...}
