@@ -122,7 +122,10 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
             est[impl] = timing.estimate_ms(lambda i, impl=impl: sets[i].call(impl), len(sets))
             res = timing.kernel_mode(lambda i, impl=impl: sets[i].call(impl), len(sets), est[impl],
                                      target_ms=settings.target_ms)
-            rows.append(_row(shape, dtype, impl, "kernel", ok=True, rel_err=passing[impl], l2=settings.l2, **res))
+            # the process's allocated GPU memory after the timing: a leak across shapes shows in the file (one run
+            # held 49.6 GiB in CUDA-graph private pools by its largest shape and failed it out of memory)
+            rows.append(_row(shape, dtype, impl, "kernel", ok=True, rel_err=passing[impl], l2=settings.l2,
+                             allocated_mib=round(torch.cuda.memory_allocated() / 2**20), **res))
         except RuntimeError as exc:
             rows.append(_row(shape, dtype, impl, "kernel", ok=False, rel_err=passing[impl], error=_failure(exc)))
     del sets[1:]
