@@ -32,6 +32,7 @@ import torch
 
 from cudal2_catalog.config import Knobs
 from cudal2_ops._extension import _C
+from cudal2_ops.tune import runnable_kernels
 from cudal2_testing.correctness.reference import DTYPES, REL_TOL, error_stats, reference
 from cudal2_testing.kernel_timing import kernel_impl
 from cudal2_testing.measure import env, shapes, timing
@@ -201,12 +202,8 @@ def copy_bandwidth(nbytes: int = COPY_BYTES) -> dict:
 def decode_kernels(dtype: str, patterns: list[str] | None = None) -> list[str]:
     """Loaded decode-family kernels of `dtype`, the NT layout and this GPU's compute capability (only names matching
     one of the fnmatch `patterns`, when given)."""
-    major, minor = torch.cuda.get_device_capability(0)
-    cc = 10 * major + minor
-    infos = [_C.kernel_info(name) for name in sorted(_C.kernel_names())]
-    return [i["name"] for i in infos if i["family"] == "decode" and i["dtype"] == dtype and i["layout"] == LAYOUT
-            and i["sm_min"] <= cc <= i["sm_max"]
-            and (patterns is None or any(fnmatch.fnmatchcase(i["name"], p) for p in patterns))]
+    return [name for name in runnable_kernels(LAYOUT, dtype, "decode")
+            if patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns)]
 
 
 def make_sets(m: int, n: int, k: int, dtype: str, count: int, gen: torch.Generator) -> list[tuple]:

@@ -43,6 +43,7 @@ from benchmarks import results
 from build_tools import kernel_lib
 from cudal2_catalog.config import DEFAULT_KNOBS
 from cudal2_catalog.families import knob_grid
+from cudal2_ops.tune import runnable_kernels
 from cudal2_testing.kernel_timing import ProblemRun, fastest, time_call
 from cudal2_testing.measure import env, shapes
 
@@ -118,17 +119,6 @@ def problems(layouts: list[str], dtypes: list[str], max_log2_mnk: float) -> list
     return [(layout, dtype, *s) for s in small for layout in layouts for dtype in dtypes]
 
 
-def tiny_kernels(layout: str, dtype: str) -> list[str]:
-    """The installed library's tiny kernels of `layout` and `dtype` that run on this GPU."""
-    from cudal2_ops._extension import _C
-
-    major, minor = torch.cuda.get_device_capability()
-    cc = 10 * major + minor
-    infos = [_C.kernel_info(name) for name in sorted(_C.kernel_names())]
-    return [i["name"] for i in infos if i["family"] == "tiny" and i["layout"] == layout and i["dtype"] == dtype
-            and i["sm_min"] <= cc <= i["sm_max"]]
-
-
 def floor_fraction(floor_us: float, us: float | None) -> float | None:
     """floor / time: 1 at the floor, smaller above it; None when untimed."""
     return floor_us / us if us else None
@@ -142,7 +132,7 @@ def measure_problem(floors: FloorKernels, empty_us: float, layout: str, dtype: s
     lt_err = run.rel_err()
     lt_us = time_call(run.baseline_call("autotune")) if lt_err <= run.tol else None
     cands = []
-    for name in tiny_kernels(layout, dtype):
+    for name in runnable_kernels(layout, dtype, "tiny"):
         for knobs in [DEFAULT_KNOBS, *knob_grid(name, m, n, k)]:
             if (cand := run.candidate(name, knobs)) is not None:
                 cands.append(cand)

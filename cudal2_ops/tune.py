@@ -167,30 +167,34 @@ class ProblemRun:
         _C.tuning.run_kernel(name, self.a, self.b, None, self.out, self.problem.layout, *knobs)
 
 
-def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None,
-                      extra: list[tuple[str, Knobs]] = ()) -> list[tuple[str, Knobs]]:
-    """Kernels to time for `problem`: none; the base table's kernel for it ("table"); or every loaded kernel of the
-    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all"). In the
-    "table" and "all" modes the `extra` kernels (e.g. a sweep's fastest on this problem) are added where the loaded
-    library holds them."""
+def runnable_kernels(layout: str, dtype: str, family: str | None = None) -> list[str]:
+    """The loaded library's kernels of `layout` and `dtype` (of `family`, when given) that run on this GPU, sorted."""
     import torch
 
     from cudal2_ops._extension import _C
 
+    major, minor = torch.cuda.get_device_capability()
+    cc = 10 * major + minor
+    infos = (_C.kernel_info(name) for name in sorted(_C.kernel_names()))
+    return [i["name"] for i in infos if i["layout"] == layout and i["dtype"] == dtype
+            and i["sm_min"] <= cc <= i["sm_max"] and family in (None, i["family"])]
+
+
+def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None,
+                      extra: list[tuple[str, Knobs]] = ()) -> list[tuple[str, Knobs]]:
+    """Kernels to time for `problem`: none; the base table's kernel for it ("table"); or every loaded kernel of the
+    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all"). In the
+    "table" and "all" modes the `extra` kernels (e.g. a sweep's fastest on this problem) are added where they are
+    among those runnable kernels."""
+    if mode not in ("table", "all"):
+        return []
+    runnable = runnable_kernels(problem.layout, problem.dtype)
     found = []
-    if base_entry and base_entry.get("kernel") and mode in ("table", "all"):
+    if base_entry and base_entry.get("kernel"):
         found.append((base_entry["kernel"], Knobs.from_dict(base_entry)))
-    if mode in ("table", "all"):
-        loaded = set(_C.kernel_names())
-        found += [(name, knobs) for name, knobs in extra if name in loaded and (name, knobs) not in found]
+    found += [(name, knobs) for name, knobs in extra if name in runnable and (name, knobs) not in found]
     if mode == "all":
-        major, minor = torch.cuda.get_device_capability()
-        cc = 10 * major + minor
-        for name in sorted(_C.kernel_names()):
-            info = _C.kernel_info(name)
-            if (info["layout"] == problem.layout and info["dtype"] == problem.dtype
-                    and info["sm_min"] <= cc <= info["sm_max"] and (name, DEFAULT_KNOBS) not in found):
-                found.append((name, DEFAULT_KNOBS))
+        found += [(name, DEFAULT_KNOBS) for name in runnable if (name, DEFAULT_KNOBS) not in found]
     return found
 
 
