@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from cudal2_ops import tune
+from cudal2_ops.tables import entry_key, parse_key
 from cudal2_testing.measure import env, shapes
 from search.table_select import from_sweep_rows, merge_sweeps, read_sweep
 
@@ -46,11 +47,13 @@ def sweep_kernels(paths: list[Path], top: int = SWEEP_TOP) -> dict[str, list[tup
                        and c.us < measured.baseline_us), key=lambda c: c.us)[:top]
         if fast:
             found[measured.key] = [(c.kernel, c.knobs) for c in fast]
+    twin_dtype = {"fp16": "bf16", "bf16": "fp16"}
     for key, kernels in list(found.items()):
-        for this, twin in (("_fp16_", "_bf16_"), ("_bf16_", "_fp16_")):
-            twin_key = f"_{key}_".replace(this, twin)[1:-1]
-            if this in f"_{key}_" and twin_key not in swept:
-                found[twin_key] = [(name.replace(this, twin), knobs) for name, knobs in kernels]
+        layout, dtype, m, n, k = parse_key(key)
+        twin_key = entry_key(layout, twin_dtype[dtype], m, n, k)
+        if twin_key not in swept:
+            found[twin_key] = [(name.replace(f"_{dtype}_", f"_{twin_dtype[dtype]}_", 1), knobs)
+                               for name, knobs in kernels]
     return found
 
 
