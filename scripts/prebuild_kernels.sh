@@ -16,9 +16,10 @@ cache="$work/build/kernel_cache"
 "$PY" -m build_tools.kernel_lib --cache-dir "$cache" --out "$work/library.so"
 if [ -n "${CANDIDATES:-}" ]; then
   names=${CANDIDATES//,/ }
-  created=$(for n in $names; do "$PY" -c "import sys; from build_tools.kernel_lib import KERNELS_DIR; \
-    from cudal2_catalog.config import HgemmConfig; c = HgemmConfig.from_name(sys.argv[1]); \
-    p = KERNELS_DIR / c.arch_dir / (c.name + '.cu'); print('' if p.exists() else p)" "$n"; done)
+  created=$("$PY" -c "import sys; from build_tools.kernel_lib import KERNELS_DIR; \
+    from cudal2_catalog.config import HgemmConfig; paths = [KERNELS_DIR / c.arch_dir / (c.name + '.cu') \
+    for c in map(HgemmConfig.from_name, sys.argv[1:])]; print(' '.join(str(p) for p in paths if not p.exists()))" \
+    $names)
   trap 'rm -rf "$work"; [ -z "$created" ] || rm -f $created' EXIT
   "$PY" -m cudal2_catalog.codegen --names $names
   "$PY" -m build_tools.kernel_lib --names $names --cache-dir "$cache" --out "$work/candidates.so"
