@@ -20,7 +20,8 @@
 # bench-kernel and bench-llm, whose kernel-mode figures are the headline (docs/EVALUATION.md: back-to-back replays
 # with PDL overstate small problems).
 # tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, NN/NT, $TUNE_DTYPES, into
-# OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files whose fastest kernels per problem are timed too), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
+# OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files whose fastest kernels per problem are timed too; $TUNE_MAX_LOG2_MNK,
+# only problems up to that size, the base table's entries kept for the rest), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
 # cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
 # problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
@@ -144,7 +145,8 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                        --out "$OUT_DIR/reference_shapes_nopdl.json" ;;
     tune-grid) CUDAL2_DISABLE_PDL=1 stage tune_grid "$PY" scripts/tune_grid.py --shapes "${TUNE_SHAPES:-g1000,llm}" \
                  --layouts nn,nt --dtypes "${TUNE_DTYPES:-fp16,bf16}" --base kernels/sm90/"$GPU_SLUG".json \
-                 --out "$OUT_DIR/$GPU_SLUG.json" --results "$OUT_DIR/tune_grid.json" ${TUNE_SWEEPS:+--sweeps $TUNE_SWEEPS} ;;
+                 --out "$OUT_DIR/$GPU_SLUG.json" --results "$OUT_DIR/tune_grid.json" ${TUNE_SWEEPS:+--sweeps $TUNE_SWEEPS} \
+                 ${TUNE_MAX_LOG2_MNK:+--max-log2-mnk $TUNE_MAX_LOG2_MNK} ;;
     offgrid) CUDAL2_DISABLE_PDL=1 stage offgrid "$PY" scripts/check_offgrid_rule.py --table "$OUT_DIR/$GPU_SLUG.json" \
                --out "$OUT_DIR/offgrid_rule.json" --apply ;;
     route) stage route "$PY" -m benchmarks.lt_route_overhead --out "$OUT_DIR/lt_route_overhead.json" ;;

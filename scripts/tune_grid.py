@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="sweep results files (python -m search.sweep, .json or .json.gz) of this GPU: each "
                              f"problem's {SWEEP_TOP} fastest kernels that beat the sweep's cuBLASLt-autotune are timed "
                              "too (a kernel the loaded library lacks is skipped)")
+    parser.add_argument("--max-log2-mnk", type=float, help="tune only problems with log2(M*N*K) up to this (the base "
+                        "table's entries are kept for the larger ones)")
     parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
                         "file lists those left); problems run smallest first")
     args = parser.parse_args(argv)
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape_set in args.shapes.split(","):
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
-                problems = sorted(problems_of(shape_set, layout, dtype, args.sample, args.seed),
+                problems = sorted((p for p in problems_of(shape_set, layout, dtype, args.sample, args.seed)
+                                   if args.max_log2_mnk is None or p.m * p.n * p.k <= 2 ** args.max_log2_mnk),
                                   key=lambda p: p.m * p.n * p.k)
                 t0 = time.perf_counter()
                 tuned, summary = tune.tune(problems, base_entries, "table", args.margin, progress=False,

@@ -10,6 +10,7 @@ from typing import Any
 
 from cudal2_catalog import space
 from cudal2_catalog.config import HgemmConfig, Knobs
+from cudal2_catalog.families import declines
 from search.candidate import Candidate, Problem
 
 
@@ -42,12 +43,19 @@ def check(candidate: Candidate, problem: Problem, arch: int) -> tuple[bool, str]
         return False, str(err)
     if (cfg.dtype, cfg.layout) != (problem.dtype, problem.layout):
         return False, f"kernel is {cfg.dtype}/{cfg.layout}, the problem {problem.dtype}/{problem.layout}"
+    if why := declines(cfg, problem.m, problem.n, problem.k):
+        return False, why
     return space.check(cfg, Knobs(*candidate.knobs), arch)
 
 
 def sample(rng: random.Random, problem: Problem, arch: int, max_tries: int = 1000) -> Candidate:
-    """A uniformly random feasible candidate for `problem` on `arch` (provenance "random")."""
-    return _candidate(space.sample(rng, problem.dtype, problem.layout, arch, max_tries), "random")
+    """A uniformly random feasible candidate for `problem` on `arch` whose kernel does not decline the problem's size
+    (provenance "random"); RuntimeError when `max_tries` draws found none."""
+    for _ in range(max_tries):
+        point = space.sample(rng, problem.dtype, problem.layout, arch, max_tries)
+        if not declines(point[0], problem.m, problem.n, problem.k):
+            return _candidate(point, "random")
+    raise RuntimeError(f"no {problem.key} candidate on sm{arch} in {max_tries} random draws runs the problem")
 
 
 def neighbours(candidate: Candidate, rng: random.Random) -> list[Candidate]:

@@ -126,6 +126,16 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     return True, ""
 
 
+def declines(cfg: HgemmConfig, m: int, n: int, k: int) -> str:
+    """Why `cfg`'s kernel declines an M x N x K problem whatever its strides (`can_implement` in decode_gemm.cuh: M
+    up to tile_m, K and, for nn, N multiples of 8), or ""."""
+    if m > cfg.tile_m:
+        return f"decode kernels take M <= tile_m ({cfg.tile_m}), got M={m}"
+    if k % 8 or (cfg.layout == "nn" and n % 8):
+        return f"decode kernels need K{' and N' if cfg.layout == 'nn' else ''} to be multiples of 8, got N={n} K={k}"
+    return ""
+
+
 def knob_grid(cfg: HgemmConfig, m: int, n: int, k: int) -> list[Knobs]:
     """Runtime knob variants the sweep times beyond the automatic split (splits=0) for an M x N x K problem: each of
     KNOB_SPLITS up to the number of K tiles (the kernel clamps larger values to it); swizzle and raster are ignored

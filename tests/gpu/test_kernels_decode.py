@@ -237,7 +237,7 @@ def test_programmatic_launch_sees_preceding_writes(kernels, splits):
 def weight_stream(kernel: Kernel) -> str:
     """The kernel's weight stream ("" = cp.async, "evictfirst", "tma"), from its name."""
     cfg = config_of(kernel.name)
-    return decode.weight_stream(cfg) if cfg is not None else ""
+    return cfg.weight_stream if cfg is not None else ""
 
 
 def bits(shape, dtype, gen, density=0.5) -> torch.Tensor:
