@@ -115,7 +115,8 @@ def render(doc: dict, comps: dict[tuple[str, str, str], Comparison], effs: dict,
             if noise["n"]:
                 out += ["", f"Noise floor ({mode}): the same-layout cuBLASLt-autotune selected and timed twice, "
                             f"geomean t(first)/t(repeat) = {_f(noise['geomean'])} over {noise['n']} shapes, "
-                            f"{noise['below']} below {BELOW}"]
+                            f"{noise['below']} below {BELOW}; {ours} below {BELOW} of the same bar on those shapes: "
+                            f"{noise['ours_below']}"]
     out += ["", "## Roofline efficiency", ""] + roofline(effs)
     out += ["", "## Failures", ""] + failures(doc["rows"])
     return "\n".join(out) + "\n"

@@ -80,11 +80,14 @@ class Comparison:
 
     def noise_floor(self) -> dict:
         """The same-layout cuBLASLt-autotune against its independent repeat: geomean of t_first / t_repeat and the
-        shapes below BELOW, over shapes where both are valid (n 0 when the run has no repeat)."""
+        shapes below BELOW, over shapes where both are valid (n 0 when the run has no repeat); `ours_below`: the shapes
+        among those where ours is below BELOW of the same bar (the count noise alone explains is `below`)."""
         first, repeat = (self.base.get(name, {}) for name in REPEATS[self.layout])
-        ratios = [first[s] / repeat[s] for s in first if s in repeat]
+        shapes = [s for s in first if s in repeat]
+        ratios = [first[s] / repeat[s] for s in shapes]
         return {"n": len(ratios), "geomean": geomean(ratios) if ratios else None,
-                "below": sum(r < BELOW for r in ratios)}
+                "below": sum(r < BELOW for r in ratios),
+                "ours_below": sum(first[s] / self.ours[s] < BELOW for s in shapes if s in self.ours)}
 
 
 def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",

@@ -2,7 +2,7 @@
 shape set), computed from measured rows only. Schema:
 {"gpu", "commit", "date", "runs": [{"mode", "layout", "dtype", "shapes", "n", "wall_s", "source",
   "vs": {baseline: {"geomean", "mean", "median", "min", "max", "wins", "losses"}}, "failures", "sanity",
-  "noise_floor": {"n", "geomean", "below"}}]}"""
+  "noise_floor": {"n", "geomean", "below", "ours_below"}}]}"""
 from __future__ import annotations
 
 import json

@@ -76,9 +76,11 @@ def test_noise_floor_compares_the_same_layout_autotune_with_its_repeat():
             row(S1, "cublaslt-autotune-nn", "nn", 1.0), row(S1, "cublaslt-autotune-nn-repeat", "nn", 2.0)]
     noise = stats.compare(rows, "kernel", "nt", "fp16").noise_floor()
     assert noise["n"] == 2 and noise["below"] == 1 and noise["geomean"] == pytest.approx(0.9 ** 0.5)
+    assert noise["ours_below"] == 1  # S1: bar 9 us against ours 10 us; S3 has no repeat
     assert stats.compare(rows, "kernel", "nt", "fp16").speedups("cublaslt-autotune-tn-repeat") == {
         S1: pytest.approx(1.0), S2: pytest.approx(1.0)}
-    assert stats.compare(rows[:3], "kernel", "nt", "fp16").noise_floor() == {"n": 0, "geomean": None, "below": 0}
+    assert stats.compare(rows[:3], "kernel", "nt", "fp16").noise_floor() == {"n": 0, "geomean": None, "below": 0,
+                                                                                "ours_below": 0}
 
 
 def test_roofline():

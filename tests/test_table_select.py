@@ -78,7 +78,8 @@ def test_sweeps_of_different_gpus_do_not_merge():
 # Tables whose entries were then re-measured by scripts/tune_grid.py: the results files holding those entries, in the
 # order the runs were merged (a later run's entry replaces an earlier one for the same problem).
 TUNED = {"nvidia_h100_80gb_hbm3": ["tune_grid_g1000_fp16_2026-11-25.json.gz", "tune_grid_g1000_bf16_2026-11-25.json.gz",
-                                   "tune_grid_llm_2026-11-25.json.gz", "tune_grid_all_2026-11-25_retuned.json.gz"]}
+                                   "tune_grid_llm_2026-11-25.json.gz", "tune_grid_all_2026-11-25_retuned.json.gz",
+                                   "tune_grid_below2e30_2026-11-25_b1c4805.json.gz"]}
 
 
 def test_emit_merge_keeps_what_the_measurements_do_not_contradict():
