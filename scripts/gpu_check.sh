@@ -23,7 +23,8 @@
 # OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files whose fastest kernels per problem are timed too; $TUNE_MAX_LOG2_MNK,
 # only problems up to that size, the base table's entries kept for the rest), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
-# cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
+# cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; a results file already in OUT_DIR is continued,
+# so a run cut by the stage limit goes on in the next call). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
 # problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
 # floors (python -m benchmarks.latency_floor: an empty kernel and a read-A-and-B-write-C kernel beside
 # cuBLASLt-autotune and the best tiny kernel on the G1000 problems up to 2^26, PDL off, into OUT_DIR/latency_floor.json,
@@ -64,7 +65,7 @@ run_stage() {
   case $1 in
     build) stage build ./scripts/install.sh && stage info "$PY" -m cudal2_ops info ;;
     tests) CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage gpu_tests "$PY" -m pytest -q -m gpu tests \
-             --no-header -rfE ;;
+             --no-header -rfE --durations=25 ;;
     latency) stage latency "$PY" -m benchmarks.api_latency --out "$OUT_DIR/api_latency.json" ;;
     sweep) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} \
              stage sweep "$PY" -m search.sweep --out "$OUT_DIR/sweep.json" --budget-s "${SWEEP_BUDGET_S:-600}" ;;
@@ -153,11 +154,11 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     bench-tuned) for dtype in ${TUNED_DTYPES:-fp16 bf16}; do  # the tuned table of OUT_DIR, as a user's process runs it
                    CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_g1000_$dtype" \
                      "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes "$dtype" --modes kernel \
-                     --impls "$TUNED_IMPLS" --out "$OUT_DIR/g1000_kernel_$dtype.json"
+                     --impls "$TUNED_IMPLS" --out "$OUT_DIR/g1000_kernel_$dtype.json" --resume
                  done
                  CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage bench_tuned_llm "$PY" -m benchmarks.grid \
                    --shapes llm --layouts nt,nn --dtypes fp16,bf16 --modes kernel \
-                   --impls "$TUNED_IMPLS" --out "$OUT_DIR/llm_kernel.json" ;;
+                   --impls "$TUNED_IMPLS" --out "$OUT_DIR/llm_kernel.json" --resume ;;
     tiny) CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage tiny_tests "$PY" -m pytest -q -m gpu \
             tests/gpu/test_kernels_tiny.py --no-header -rfE
           CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage sweep_tiny "$PY" -m search.sweep --max-log2-mnk 26 --sample 0 \

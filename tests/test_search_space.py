@@ -77,6 +77,19 @@ def test_check_matches_the_problem_and_the_family_feasibility():
     assert not space.check(good, NT, 80)[0]
 
 
+def test_a_kernel_that_declines_the_problem_size_is_neither_checked_in_nor_sampled():
+    """decode kernels run M <= tile_m only (their can_implement): the check names that, and random samples for a
+    problem above every decode tile never draw one, while a decode-sized problem still gets decode candidates."""
+    decode = Candidate(config=HgemmConfig("decode", "fp16", "nt", 64, 128, 128, stages=3, warps=8).name)
+    ok, why = space.check(decode, NT, 90)
+    assert not ok and "tile_m (64)" in why and "M=4096" in why
+    assert space.check(decode, Problem("nt", "fp16", 64, 4096, 4096), 90) == (True, "")
+    assert not space.check(decode, Problem("nt", "fp16", 64, 4096, 4100), 90)[0]  # K not a multiple of 8
+    assert not any(space.sample(random.Random(s), NT, 90).config.startswith("decode") for s in range(200))
+    small = Problem("nt", "fp16", 8, 4096, 4096)
+    assert any(space.sample(random.Random(s), small, 90).config.startswith("decode") for s in range(200))
+
+
 def test_samples_are_feasible_seeded_and_varied():
     draws = [space.sample(random.Random(s), NT, 90) for s in range(30)]
     assert all(space.check(c, NT, 90)[0] for c in draws)
