@@ -66,19 +66,26 @@ def write_problems(path: Path, problems: Iterable[Problem]) -> list[Problem]:
     return rows
 
 
+def eager_call_us(fn: Callable[[], object]) -> float:
+    """One eager call of `fn` after a warm-up call, timed with CUDA events (us): what sizes a replay."""
+    import torch
+
+    fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) * 1e3
+
+
 def graph_time_us(fn: Callable[[], object], target_us: float = 150.0, replays: int = 5) -> float:
     """Median GPU time per call of `fn` (us) by CUDA-graph replay (cudal2_ops.graph_timing), with as many calls per
     replay (at most 100) as take about `target_us` (re-sized from the graph's own time where the eager estimate was
     too high)."""
     import torch
 
-    fn()  # warm-up, then one call timed with events to size the replay
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    stop.record()
-    stop.synchronize()
-    calls = max(1, min(100, int(target_us / max(start.elapsed_time(stop) * 1e3, 1.0))))
+    calls = max(1, min(100, int(target_us / max(eager_call_us(fn), 1.0))))
     return statistics.median(graph_timing.sized_replay_us(lambda i: fn(), 1, calls, replays, torch.cuda.Stream(),
                                                           target_us, 100)[0])
 
