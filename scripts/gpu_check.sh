@@ -23,7 +23,8 @@
 # OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files whose fastest kernels per problem are timed too; $TUNE_MAX_LOG2_MNK,
 # only problems up to that size, the base table's entries kept for the rest), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), consistency (benchmarks.lt_candidate_consistency: the tuner's and the benchmark's
-# timing of every cuBLASLt candidate of the problems the tuner mis-timed), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
+# timing of every cuBLASLt candidate of the problems the tuner mis-timed), profile (benchmarks.profile_small: Nsight
+# Compute on the floor kernel, cuBLASLt-autotune and the best tiny kernel of a few small problems), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
 # cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; a results file already in OUT_DIR is continued,
 # so a run cut by the stage limit goes on in the next call). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
 # problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
@@ -152,6 +153,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     offgrid) CUDAL2_DISABLE_PDL=1 stage offgrid "$PY" scripts/check_offgrid_rule.py --table "$OUT_DIR/$GPU_SLUG.json" \
                --out "$OUT_DIR/offgrid_rule.json" --apply ;;
     route) stage route "$PY" -m benchmarks.lt_route_overhead --out "$OUT_DIR/lt_route_overhead.json" ;;
+    profile) CUDAL2_DISABLE_PDL=1 stage profile "$PY" -m benchmarks.profile_small --out "$OUT_DIR/profile_small.json" ;;
     consistency) CUDAL2_DISABLE_PDL=1 stage consistency "$PY" -m benchmarks.lt_candidate_consistency \
                    --out "$OUT_DIR/lt_candidate_consistency.json" ;;
     bench-tuned) for dtype in ${TUNED_DTYPES:-fp16 bf16}; do  # the tuned table of OUT_DIR, as a user's process runs it
