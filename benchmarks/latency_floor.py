@@ -124,6 +124,15 @@ def floor_fraction(floor_us: float, us: float | None) -> float | None:
     return floor_us / us if us else None
 
 
+def tiny_candidates(run: ProblemRun, layout: str, dtype: str) -> list[dict]:
+    """Every tiny kernel of the installed library at its automatic split and each split of its knob grid, timed on
+    `run` (`ProblemRun.candidate` rows; kernels that decline the problem left out)."""
+    m, n, k = run.mnk
+    return [cand for name in runnable_kernels(layout, dtype, "tiny")
+            for knobs in [DEFAULT_KNOBS, *knob_grid(name, m, n, k)]
+            if (cand := run.candidate(name, knobs)) is not None]
+
+
 def measure_problem(floors: FloorKernels, empty_us: float, layout: str, dtype: str, m: int, n: int, k: int) -> dict:
     """One row: the data-only floor, cuBLASLt-autotune and every tiny kernel x split on the same inputs."""
     run = ProblemRun.random(layout, dtype, m, n, k)
@@ -131,11 +140,7 @@ def measure_problem(floors: FloorKernels, empty_us: float, layout: str, dtype: s
     run.baseline_call("autotune")(0)  # tunes once for this problem, outside any capture
     lt_err = run.rel_err()
     lt_us = time_call(run.baseline_call("autotune")) if lt_err <= run.tol else None
-    cands = []
-    for name in runnable_kernels(layout, dtype, "tiny"):
-        for knobs in [DEFAULT_KNOBS, *knob_grid(name, m, n, k)]:
-            if (cand := run.candidate(name, knobs)) is not None:
-                cands.append(cand)
+    cands = tiny_candidates(run, layout, dtype)
     best = (fastest(cands, 1) or [None])[0]
     tiny_us = best["us"] if best else None
     return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "impl": "latency_floor", "mode": "kernel",

@@ -58,11 +58,9 @@ def ncu_path() -> str | None:
 
 def child(manifest_path: Path, keys: list[str]) -> int:
     """The profiled program: selection and warm-up outside the NVTX range, one launch per implementation inside."""
-    from benchmarks.latency_floor import FloorKernels, compile_floor_library
-    from cudal2_catalog.config import DEFAULT_KNOBS
-    from cudal2_catalog.families import knob_grid
+    from benchmarks.latency_floor import FloorKernels, compile_floor_library, tiny_candidates
     from cudal2_ops import tables
-    from cudal2_ops.tune import disable_pdl, runnable_kernels
+    from cudal2_ops.tune import disable_pdl
     from cudal2_testing.kernel_timing import ProblemRun, fastest, kernel_impl
 
     disable_pdl()
@@ -73,10 +71,7 @@ def child(manifest_path: Path, keys: list[str]) -> int:
         run = ProblemRun.random(layout, dtype, m, n, k)
         lt = run.baseline_call("autotune")
         lt(0)  # selects cuBLASLt-autotune's configuration (many timed launches, not profiled)
-        cands = [c for name in runnable_kernels(layout, dtype, "tiny")
-                 for knobs in [DEFAULT_KNOBS, *knob_grid(name, m, n, k)]
-                 if (c := run.candidate(name, knobs)) is not None]
-        best = (fastest(cands, 1) or [None])[0]
+        best = (fastest(tiny_candidates(run, layout, dtype), 1) or [None])[0]
         calls = {"move": lambda: floors.move(run.a, run.b, run.out), "cublaslt": lambda: lt(0)}
         if best is not None:
             tiny = kernel_impl(best["kernel"], layout, (best["splits"], best["swizzle"], best["raster"]))
