@@ -34,6 +34,7 @@ DEFAULT_MARGIN = 0.03   # a kernel must beat the best cuBLASLt configuration by 
 RETIME_TOP = 5          # the fastest configurations timed again, longer, before one is chosen
 RETIME_ROUNDS = 3       # interleaved rounds of that re-timing (each candidate's median over the rounds)
 REL_TOL = {"fp16": 1e-3, "bf16": 8e-3}
+KERNEL_MODES = ("table", "all", "grid", "none")  # which kernels are timed beside cuBLASLt (kernel_candidates)
 
 
 def read_problems(path: Path) -> list[Problem]:
@@ -189,19 +190,26 @@ def runnable_kernels(layout: str, dtype: str, family: str | None = None) -> list
 
 def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None,
                       extra: list[tuple[str, Knobs]] = ()) -> list[tuple[str, Knobs]]:
-    """Kernels to time for `problem`: none; the base table's kernel for it ("table"); or every loaded kernel of the
-    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all"). In the
-    "table" and "all" modes the `extra` kernels (e.g. a sweep's fastest on this problem) are added where they are
-    among those runnable kernels."""
-    if mode not in ("table", "all"):
+    """Kernels to time for `problem`: none; the base table's kernel for it ("table"); every loaded kernel of the
+    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all"); or those at
+    their default knobs and at each variant of their family's knob grid for the problem (split counts and the like:
+    "grid", what a sweep times). In every mode but "none" the `extra` kernels (e.g. a sweep's fastest on this problem)
+    are added where they are among those runnable kernels."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"kernel mode must be one of {KERNEL_MODES}, got {mode!r}")
+    if mode == "none":
         return []
+    from cudal2_catalog.families import knob_grid
+
     runnable = runnable_kernels(problem.layout, problem.dtype)
     found = []
     if base_entry and base_entry.get("kernel"):
         found.append((base_entry["kernel"], Knobs.from_dict(base_entry)))
     found += [(name, knobs) for name, knobs in extra if name in runnable and (name, knobs) not in found]
-    if mode == "all":
-        found += [(name, DEFAULT_KNOBS) for name in runnable if (name, DEFAULT_KNOBS) not in found]
+    if mode in ("all", "grid"):
+        for name in runnable:
+            variants = [DEFAULT_KNOBS] + (knob_grid(name, problem.m, problem.n, problem.k) if mode == "grid" else [])
+            found += [(name, knobs) for knobs in variants if (name, knobs) not in found]
     return found
 
 
@@ -377,9 +385,10 @@ def main(argv: list[str] | None = None) -> int:
                         "which the dispatcher overlays on the shipped one)")
     parser.add_argument("--base", type=Path, help="table whose entries are kept for problems not tuned here "
                         "(default: --out when it exists)")
-    parser.add_argument("--kernels", choices=["table", "all", "none"], default="all",
+    parser.add_argument("--kernels", choices=KERNEL_MODES, default="all",
                         help="kernels timed beside cuBLASLt: the loaded table's kernel for the problem, every loaded "
-                        "kernel of its layout and dtype (default), or none")
+                        "kernel of its layout and dtype (default), those at each split and knob variant too (grid: "
+                        "slower, finds more on small problems), or none")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                         help="a kernel must beat the best cuBLASLt configuration by this fraction (default 0.03)")
     parser.add_argument("--no-progress", action="store_true")

@@ -21,7 +21,8 @@
 # with PDL overstate small problems).
 # tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, NN/NT, $TUNE_DTYPES, into
 # OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files whose fastest kernels per problem are timed too; $TUNE_MAX_LOG2_MNK,
-# only problems up to that size, the base table's entries kept for the rest), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
+# only problems up to that size, the base table's entries kept for the rest; $TUNE_GRID_UP_TO, every kernel at each knob
+# variant on problems up to that size), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), consistency (benchmarks.lt_candidate_consistency: the tuner's and the benchmark's
 # timing of every cuBLASLt candidate of the problems the tuner mis-timed), profile (benchmarks.profile_small: Nsight
 # Compute on the floor kernel, cuBLASLt-autotune and the best tiny kernel of a few small problems), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
@@ -149,7 +150,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     tune-grid) CUDAL2_DISABLE_PDL=1 stage tune_grid "$PY" scripts/tune_grid.py --shapes "${TUNE_SHAPES:-g1000,llm}" \
                  --layouts nn,nt --dtypes "${TUNE_DTYPES:-fp16,bf16}" --base kernels/sm90/"$GPU_SLUG".json \
                  --out "$OUT_DIR/$GPU_SLUG.json" --results "$OUT_DIR/tune_grid.json" ${TUNE_SWEEPS:+--sweeps $TUNE_SWEEPS} \
-                 ${TUNE_MAX_LOG2_MNK:+--max-log2-mnk $TUNE_MAX_LOG2_MNK} ;;
+                 ${TUNE_MAX_LOG2_MNK:+--max-log2-mnk $TUNE_MAX_LOG2_MNK} ${TUNE_GRID_UP_TO:+--grid-up-to $TUNE_GRID_UP_TO} ;;
     offgrid) CUDAL2_DISABLE_PDL=1 stage offgrid "$PY" scripts/check_offgrid_rule.py --table "$OUT_DIR/$GPU_SLUG.json" \
                --out "$OUT_DIR/offgrid_rule.json" --apply ;;
     route) stage route "$PY" -m benchmarks.lt_route_overhead --out "$OUT_DIR/lt_route_overhead.json" ;;

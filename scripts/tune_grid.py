@@ -1,7 +1,8 @@
 """Regenerates a GPU's shipped measured choices: tunes every problem of the reference grids (G1000 and the LLM
 projection shapes, M = 1 ... 16384) in the given layouts and dtypes with `cudal2_ops.tune` (every cuBLASLt heuristic
-candidate, the table's kernel for the problem and, with --sweeps, a sweep's fastest kernels on it; PDL off) and writes
-the table plus a results file.
+candidate, the table's kernel for the problem, with --sweeps a sweep's fastest kernels on it, and with --grid-up-to,
+on problems up to that size, every loaded kernel at each variant of its knob grid; PDL off) and writes the table plus
+a results file.
 
     python scripts/tune_grid.py --shapes g1000,llm --layouts nn,nt --dtypes fp16,bf16 \\
         --base kernels/sm90/nvidia_h100_80gb_hbm3.json --out OUT/nvidia_h100_80gb_hbm3.json --results OUT/tune.json
@@ -57,6 +58,15 @@ def sweep_kernels(paths: list[Path], top: int = SWEEP_TOP) -> dict[str, list[tup
     return found
 
 
+def modes_of(problems: list[tune.Problem], grid_up_to: float | None) -> list[tuple[str, list[tune.Problem]]]:
+    """(kernel mode, problems) parts of a size-sorted problem list: "grid" for those up to 2^grid_up_to, "table" for
+    the rest; empty parts left out."""
+    limit = 2 ** grid_up_to if grid_up_to is not None else 0
+    parts = [("grid", [p for p in problems if p.m * p.n * p.k <= limit]),
+             ("table", [p for p in problems if p.m * p.n * p.k > limit])]
+    return [(mode, part) for mode, part in parts if part]
+
+
 def write(args: argparse.Namespace, base: dict | None, entries: dict, runs: list[dict]) -> None:
     """The table (base entries overlaid with the tuned ones) and the results file."""
     device = torch.cuda.current_device()
@@ -88,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                              "too (a kernel the loaded library lacks is skipped)")
     parser.add_argument("--max-log2-mnk", type=float, help="tune only problems with log2(M*N*K) up to this (the base "
                         "table's entries are kept for the larger ones)")
+    parser.add_argument("--grid-up-to", type=float, help="problems with log2(M*N*K) up to this also time every loaded "
+                        "kernel at each variant of its knob grid (tune's 'grid' mode; the others: the table's kernel "
+                        "and the sweeps')")
     parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
                         "file lists those left); problems run smallest first")
     args = parser.parse_args(argv)
@@ -106,16 +119,17 @@ def main(argv: list[str] | None = None) -> int:
                 problems = sorted((p for p in problems_of(shape_set, layout, dtype, args.sample, args.seed)
                                    if args.max_log2_mnk is None or p.m * p.n * p.k <= 2 ** args.max_log2_mnk),
                                   key=lambda p: p.m * p.n * p.k)
-                t0 = time.perf_counter()
-                tuned, summary = tune.tune(problems, base_entries, "table", args.margin, progress=False,
-                                           deadline=deadline, extra_kernels=extra)
-                entries.update(tuned)
-                runs.append({"shapes": shapes.set_label(shape_set, args.sample), "layout": layout, "dtype": dtype,
-                             "problems": len(problems), "seconds": round(time.perf_counter() - t0, 1),
-                             "summary": summary.lines(), "unsupported": summary.unsupported,
-                             "skipped": summary.skipped})
-                print(f"[{shape_set} {layout} {dtype}] " + " | ".join(summary.lines()), flush=True)
-                write(args, base, entries, runs)  # after each part: a run cut short keeps what it measured
+                for mode, part in modes_of(problems, args.grid_up_to):
+                    t0 = time.perf_counter()
+                    tuned, summary = tune.tune(part, base_entries, mode, args.margin, progress=False,
+                                               deadline=deadline, extra_kernels=extra)
+                    entries.update(tuned)
+                    runs.append({"shapes": shapes.set_label(shape_set, args.sample), "layout": layout,
+                                 "dtype": dtype, "kernels": mode, "problems": len(part),
+                                 "seconds": round(time.perf_counter() - t0, 1), "summary": summary.lines(),
+                                 "unsupported": summary.unsupported, "skipped": summary.skipped})
+                    print(f"[{shape_set} {layout} {dtype} {mode}] " + " | ".join(summary.lines()), flush=True)
+                    write(args, base, entries, runs)  # after each part: a run cut short keeps what it measured
     print(f"wrote {args.out} and {args.results}: {len(entries)} problems in "
           f"{sum(r['seconds'] for r in runs):.0f} s")
     return 0

@@ -5,6 +5,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from cudal2_catalog.config import Knobs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,3 +64,22 @@ def test_a_dtype_twin_gets_the_kernels_in_its_own_dtype_unless_swept(tmp_path):
     assert found["nt_bf16_128_64_64"] == [("sm80_cute_bf16_nt_a", Knobs())]  # swept in bf16: its own measurement
     assert found["nt_fp16_128_64_64"] == [("sm80_cute_fp16_nt_c", Knobs())]
     assert "nt_bf16_256_64_64" not in found  # swept in bf16 with nothing faster than cuBLASLt: no twin
+
+
+def test_problems_up_to_the_grid_limit_time_every_kernel_and_knob_variant(monkeypatch):
+    """--grid-up-to splits a size-sorted list into a "grid" part (every loaded kernel at each knob-grid variant) and a
+    "table" part; the grid part's candidates include a tiny kernel's split variants beside its default knobs."""
+    from cudal2_ops import tune
+
+    tune_grid = load_tune_grid()
+    small, large = tune.Problem("nt", "fp16", 64, 64, 4096), tune.Problem("nt", "fp16", 4096, 4096, 4096)
+    assert tune_grid.modes_of([small, large], 24) == [("grid", [small]), ("table", [large])]
+    assert tune_grid.modes_of([small, large], None) == [("table", [small, large])]
+    tiny = "tiny_fp16_nt_32x32x64_s6_w8"
+    monkeypatch.setattr(tune, "runnable_kernels", lambda layout, dtype, family=None: [tiny])
+    grid = tune.kernel_candidates(small, "grid", None)
+    assert grid[0] == (tiny, Knobs()) and len(grid) > 2 and {k.splits for _, k in grid[1:]} >= {8, 16}
+    assert tune.kernel_candidates(small, "all", None) == [(tiny, Knobs())]
+    assert tune.kernel_candidates(small, "none", None, [(tiny, Knobs(8))]) == []
+    with pytest.raises(ValueError, match="kernel mode"):
+        tune.kernel_candidates(small, "every", None)
