@@ -163,6 +163,14 @@ def headers_digest(source: Path) -> str:
     return h.hexdigest()
 
 
+def code_digest(source: Path) -> str:
+    """Hash of what a kernel's code is (its generated source and the repository headers it includes), whatever the
+    flags and compiler: what a sanitizer record names, so that editing a header makes the record stale."""
+    h = hashlib.sha256(source.read_bytes())
+    h.update(headers_digest(source).encode())
+    return h.hexdigest()[:24]
+
+
 def object_key(source: Path, flags: list[str]) -> str:
     """Content hash of one compile: source, repository headers, CUTLASS version, flags, compiler.
 

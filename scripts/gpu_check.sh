@@ -25,7 +25,8 @@
 # only problems up to that size, the base table's entries kept for the rest; $TUNE_GRID_UP_TO, every kernel at each knob
 # variant on problems up to that size), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), consistency (benchmarks.lt_candidate_consistency: the tuner's and the benchmark's
-# timing of every cuBLASLt candidate of the problems the tuner mis-timed), profile (benchmarks.profile_small: Nsight
+# timing of every cuBLASLt candidate of the problems the tuner mis-timed), gate (the sanitizer gate on OUT_DIR's table, with OUT_DIR's sanitizer
+# reports beside the committed ones: run it before bench-tuned), profile (benchmarks.profile_small: Nsight
 # Compute on the floor kernel, cuBLASLt-autotune and the best tiny kernel of a few small problems), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
 # cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; a results file already in OUT_DIR is continued,
 # so a run cut by the stage limit goes on in the next call). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
@@ -157,6 +158,8 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     offgrid) CUDAL2_DISABLE_PDL=1 stage offgrid "$PY" scripts/check_offgrid_rule.py --table "$OUT_DIR/$GPU_SLUG.json" \
                --out "$OUT_DIR/offgrid_rule.json" --apply ;;
     route) stage route "$PY" -m benchmarks.lt_route_overhead --out "$OUT_DIR/lt_route_overhead.json" ;;
+    gate) stage gate "$PY" -m search.sanitize_gate "$OUT_DIR/$GPU_SLUG.json" \
+            --reports $(ls "$OUT_DIR"/*sanitize*.json 2>/dev/null) ;;
     profile) CUDAL2_DISABLE_PDL=1 stage profile "$PY" -m benchmarks.profile_small --out "$OUT_DIR/profile_small.json" ;;
     consistency) CUDAL2_DISABLE_PDL=1 stage consistency "$PY" -m benchmarks.lt_candidate_consistency \
                    --out "$OUT_DIR/lt_candidate_consistency.json" ;;

@@ -9,7 +9,8 @@ access past a tensor is outside any allocation) and also checks the results agai
     python3 scripts/sanitize_kernels.py --lib LIB --kernel NAME --racecheck-families sm80_cute,decode
     python3 scripts/sanitize_kernels.py --lib LIB --families tiny --racecheck-families tiny   # one family, both tools
 
-Reports per kernel and tool: clean, errors (sanitizer errors), wrong (results off), untested (no shape supported)
+Reports per kernel its code digest (build_tools.kernel_lib.code_digest: a record is stale once the kernel's source or
+headers change) and per tool: clean, errors (sanitizer errors), wrong (results off), untested (no shape supported)
 unsupported_device (the sanitizer refuses the GPU, e.g. in a sandboxed runtime) or failed (crash, timeout); exits 1
 unless every run is clean or untested.
 """
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return target(args.lib, args.kernel[0], shapes)
 
     from cudal2_testing.kernel_library import KernelLibrary  # noqa: PLC0415
+    from search.sanitize_gate import current_code  # noqa: PLC0415
 
     library = KernelLibrary(args.lib)
     runnable = library.runnable_on()
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         entries = pool.map(lambda run: run_one(args.sanitizer, run[1], args.lib, run[0], args.shapes, args.timeout),
                            runs)
-        kernels = {name: {"family": library.kernels[name].family} for name in names}
+        kernels = {name: {"family": library.kernels[name].family, "code": current_code(name)} for name in names}
         for (name, tool), entry in zip(runs, entries):
             kernels[name][tool] = entry
             print(f"{name}: {tool} {entry['status']}", flush=True)
