@@ -9,7 +9,7 @@
 # evaluation budget, SEARCH_PER_PROBLEM (16) per problem of SEARCH_SHAPES (sample20), into OUT_DIR/search.sqlite, the two
 # runs within SEARCH_MINUTES (4) together; SEARCH_MAX_BUILDS (0: built kernels and their knobs only, no nvcc on the GPU's
 # clock; prepare builds ahead with `python -m search run --compile-only`); then the run report and its throughput rows), search-emit (the searched table and kernel sources from that store, then a rebuild), sweep, sweep-cold, fuzz, sanitize (compute-sanitizer memcheck of every library kernel, or of $SANITIZE_FAMILIES /
-# $SANITIZE_SAMPLE of them, and racecheck of $SANITIZE_RACECHECK, default tiny), bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
+# $SANITIZE_SAMPLE of them, or with SANITIZE_WITHHELD=1 of those the shipped table's sanitizer gate withheld, and racecheck of $SANITIZE_RACECHECK, default tiny), bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
 # (kernels and host ops per step, unpatched vs patched, compiled), candidates (kernel configs named in $CANDIDATES,
 # comma-separated, not yet built: generated, built into build/candidates.so, GPU-tested, sanitized, then swept with cold
@@ -80,6 +80,7 @@ run_stage() {
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
                 ${SANITIZE_SAMPLE:+--sample $SANITIZE_SAMPLE} --families "${SANITIZE_FAMILIES:-}" \
+                ${SANITIZE_WITHHELD:+--withheld-in kernels/sm90/$GPU_SLUG.json} \
                 --racecheck-families "${SANITIZE_RACECHECK:-tiny}" --jobs "${SANITIZE_JOBS:-4}" \
                 --out "$OUT_DIR/sanitize.json" ;;
     bench-kernel) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage bench_kernel "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \

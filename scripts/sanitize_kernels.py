@@ -8,6 +8,7 @@ access past a tensor is outside any allocation) and also checks the results agai
     python3 scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so --sample 20 --out sanitize.json
     python3 scripts/sanitize_kernels.py --lib LIB --kernel NAME --racecheck-families sm80_cute,decode
     python3 scripts/sanitize_kernels.py --lib LIB --families tiny --racecheck-families tiny   # one family, both tools
+    python3 scripts/sanitize_kernels.py --lib LIB --withheld-in kernels/sm90/GPU.json   # what the table's gate withheld
 
 Reports per kernel its code digest (build_tools.kernel_lib.code_digest: a record is stale once the kernel's source or
 headers change) and per tool: clean, errors (sanitizer errors), wrong (results off), untested (no shape supported)
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, help="number of kernels to sample (default: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kernel", action="append", help="sanitize this kernel (repeatable; overrides --sample)")
+    parser.add_argument("--withheld-in", type=Path, help="sanitize the kernels this table's sanitizer gate withheld "
+                        "(its header's withheld_unsanitized; overrides --sample)")
     parser.add_argument("--families", default="", help="comma-separated families: sample only their kernels")
     parser.add_argument("--racecheck-families", default="", help="comma-separated families also run under racecheck")
     parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in DEFAULT_SHAPES),
@@ -175,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     runnable = library.runnable_on()
     families = {f for f in args.families.split(",") if f}
     pool = [name for name in runnable if not families or library.kernels[name].family in families]
-    names = args.kernel or sample_kernels(pool, args.sample, args.seed)
+    withheld = (json.loads(args.withheld_in.read_text())["header"].get("withheld_unsanitized", [])
+                if args.withheld_in else [])
+    names = args.kernel or [n for n in withheld if n in runnable] or sample_kernels(pool, args.sample, args.seed)
     race_families = {f for f in args.racecheck_families.split(",") if f}
     start = time.perf_counter()
     runs = [(name, tool) for name in names
