@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 
 from cudal2_catalog.config import HgemmConfig, Knobs
-from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, LAYOUT_NT, ROW_PAD, render_macro, smem_limit,
-                                              space, split_knob_grid, unused_fields_problem)
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, LAYOUT_NT, ROW_PAD, family_problem,
+                                              render_macro, smem_limit, space, split_knob_grid)
 
 FAMILY = "decode"
 SM_MIN, SM_MAX = 80, 90
@@ -95,11 +95,7 @@ def registers(cfg: HgemmConfig) -> int:
 
 def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     """Whether `cfg` builds and runs on compute capability `arch`; (False, reason) otherwise. Pure."""
-    if cfg.family != FAMILY:
-        return False, f"family {cfg.family!r} is not {FAMILY}"
-    if not SM_MIN <= arch <= SM_MAX:
-        return False, f"decode kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
-    if why := unused_fields_problem(cfg, FAMILY):
+    if why := family_problem(cfg, FAMILY, SM_MIN, SM_MAX, arch):
         return False, why
     if cfg.tile_m not in TILE_M:
         return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"

@@ -29,6 +29,16 @@ def unused_fields_problem(cfg: HgemmConfig, family: str) -> str:
     return ""
 
 
+def family_problem(cfg: HgemmConfig, family: str, sm_min: int, sm_max: int, arch: int) -> str:
+    """Why `cfg` is not a `family` config for compute capability `arch` before its own fields are looked at: another
+    family, a capability outside sm_min..sm_max, or a field the family does not use; "" otherwise."""
+    if cfg.family != family:
+        return f"family {cfg.family!r} is not {family}"
+    if not sm_min <= arch <= sm_max:
+        return f"{family} kernels run on compute capability {sm_min}..{sm_max}, not {arch}"
+    return unused_fields_problem(cfg, family)
+
+
 def space(tile_m: tuple, tile_n: tuple, tile_k: tuple, stages: tuple, warps: tuple) -> dict[str, tuple]:
     """Every value each HgemmConfig field can take in an mma.sync family: the given tiles, stages and warps, both
     dtypes and layouts, and the other families' fields at their defaults."""

@@ -48,8 +48,8 @@ import math
 from typing import NamedTuple
 
 from cudal2_catalog.config import HgemmConfig, Knobs
-from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ROW_PAD, render_macro, smem_limit, space,
-                                              split_knob_grid, unused_fields_problem)
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ROW_PAD, family_problem, render_macro, smem_limit, space,
+                                              split_knob_grid)
 
 FAMILY = "tiny"
 SM_MIN, SM_MAX = 80, 90
@@ -179,11 +179,7 @@ def register_cap(cfg: HgemmConfig) -> int:
 
 def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
     """Whether `cfg` builds and runs on compute capability `arch`; (False, reason) otherwise. Pure."""
-    if cfg.family != FAMILY:
-        return False, f"family {cfg.family!r} is not {FAMILY}"
-    if not SM_MIN <= arch <= SM_MAX:
-        return False, f"tiny kernels run on compute capability {SM_MIN}..{SM_MAX}, not {arch}"
-    if why := unused_fields_problem(cfg, FAMILY):
+    if why := family_problem(cfg, FAMILY, SM_MIN, SM_MAX, arch):
         return False, why
     if cfg.tile_m not in TILE_MN or cfg.tile_n not in TILE_MN:
         return False, f"tile_m and tile_n must be one of {TILE_MN}, got {cfg.tile_m}x{cfg.tile_n}"
