@@ -2,7 +2,9 @@
 cuBLASLt heuristic candidate timed by CUDA-graph replay (PDL off) two ways, interleaved over rounds: through the
 dispatcher's instance as `cudal2_ops.tune` times it, and through the baseline instance as the benchmark's
 cuBLASLt-autotune times it; with the eager single-call time that sizes each replay. Then each way's selection (the
-tuner's `tune_problem`, the baseline's `AutotunedLt.select`) is made and both picks are re-timed the same way.
+tuner's `tune_problem`, the baseline's `AutotunedLt.select`) is made and both picks are re-timed the same way; and
+cuBLASLt's heuristic choice is timed as the dispatcher runs it (the returned algorithm struct), rebuilt from its
+configuration fields (as the tuner, the off-grid check and the tables run configurations) and beside torch.
 
 The default problems are those where the H100 tuning of b1c4805 timed the heuristic's choice at 110-130 us for a
 2.7-7.6 us problem (`tune_grid_below2e30_2026-11-25_b1c4805.json.gz`) and NN bf16 128x128x8192, where its pick ran
@@ -24,7 +26,10 @@ import torch
 from cudal2_testing.measure import env
 
 DEFAULT_KEYS = ("nt_bf16_1024_128_256", "nn_bf16_2048_512_512", "nn_bf16_12288_128_256", "nt_bf16_64_64_8192",
-                "nn_bf16_128_128_8192")
+                "nn_bf16_128_128_8192",
+                # off the grid, where scripts/check_offgrid_rule.py timed the heuristic's configuration 4-6x slower than
+                # autotuning (offgrid_rule_2026-11-25.json)
+                "nt_bf16_200_128_256", "nn_fp16_100_512_256", "nt_fp16_768_512_256")
 SLOWER = 1.5  # a candidate timed this much slower one way than the other is listed as inconsistent
 
 
@@ -53,6 +58,25 @@ def candidate_rows(problem, run, rounds: int) -> list[dict]:
             row["error"] = str(err)[:200]
         rows.append(row)
     return rows
+
+
+def heuristic_ways(problem, run) -> dict:
+    """cuBLASLt's heuristic choice run as the dispatcher runs it (the algorithm struct the heuristic returned, on the
+    baseline instance) beside the same choice rebuilt from its configuration fields (as the tuner and the tables run
+    configurations), and torch's own call: whether a rebuilt configuration is the algorithm it was read from."""
+    import torch.nn.functional as F
+
+    from cudal2_ops import tune
+    from cudal2_ops._extension import _C
+
+    first = _C.testing.cublaslt_candidates(run.a, run.b, run.out, problem.layout)[0]
+    ways = {"heuristic_struct": lambda: _C.testing.cublaslt_matmul(run.a, run.b, None, run.out, problem.layout,
+                                                                    "heuristic"),
+            "heuristic_rebuilt": lambda: _C.testing.cublaslt_run_config(run.a, run.b, None, run.out, problem.layout,
+                                                                         first),
+            "torch": (lambda: torch.matmul(run.a, run.b)) if problem.layout == "nn" else (lambda: F.linear(run.a, run.b))}
+    return {f"{name}_us": round(tune.graph_time_us(way), 3) for name, way in ways.items()} | {
+        "heuristic_config": list(first)}
 
 
 def picks(problem, run) -> dict:
@@ -93,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = tune.Problem(*tables.parse_key(key))
         run = tune.ProblemRun.make(problem)
         rows += candidate_rows(problem, run, args.rounds)
-        selections[key] = picks(problem, run)
+        selections[key] = {**picks(problem, run), **heuristic_ways(problem, run)}
     timed = [r for r in rows if "dispatcher_us" in r]
     inconsistent = [r for r in timed if max(r["dispatcher_us"], r["baseline_us"])
                     > SLOWER * min(r["dispatcher_us"], r["baseline_us"])]
