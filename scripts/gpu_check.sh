@@ -36,7 +36,8 @@
 # smallest first within $FLOORS_BUDGET_S, default 360),
 # judge-bench (python -m search.judge_bench: the judge's evaluations per minute and its verdicts on the kernels an
 # earlier judge flagged wrongly, then the judge's GPU tests).
-# Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary.
+# Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary. KEEP_DIR (e.g.
+# /tmp/keep) carries OUT_DIR's results files from one call to the next on a warm machine.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/
 # (scripts/prebuild_kernels.sh builds it on a machine without a GPU).
 set -uo pipefail
@@ -188,4 +189,8 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT_DIR/gpu.csv" 2>&1
 echo "gpu: $(tail -n 1 "$OUT_DIR/gpu.csv") slug=$GPU_SLUG commit=${CUDAL2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" | tee -a "$SUMMARY"
-for s in "$@"; do run_stage "$s"; done
+# A lent machine empties OUT between calls but keeps its disk while warm: with KEEP_DIR, results files (the tuned
+# table, sanitizer reports, partial benchmark runs) are brought back from there first and saved there after each stage.
+keep() { [ -z "${KEEP_DIR:-}" ] || { mkdir -p "$KEEP_DIR" && cp "$OUT_DIR"/*.json "$KEEP_DIR"/ 2>/dev/null; }; }
+[ -z "${KEEP_DIR:-}" ] || [ ! -d "$KEEP_DIR" ] || cp -n "$KEEP_DIR"/*.json "$OUT_DIR"/ 2>/dev/null
+for s in "$@"; do run_stage "$s"; keep; done
