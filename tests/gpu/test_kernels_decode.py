@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cudal2_testing.kernel_library import Kernel, KernelLibrary, Problem
+from dependent_launch import assert_chain_sees_preceding_writes
 from kernel_lib_under_test import library_under_test
 from cudal2_catalog.config import config_of
 from cudal2_catalog.families import decode
@@ -215,23 +216,7 @@ def test_programmatic_launch_sees_preceding_writes(kernels, splits):
     into L2 before waiting for the preceding kernel), every GEMM sees what the kernel just before it wrote: a copy
     kernel overwrites the weight before the first GEMM, and the second GEMM reads the first one's output. Sparse 0/1
     inputs keep every value an integer below 2048: results are exact."""
-    gen = torch.Generator(device="cuda").manual_seed(9)
-    kernel = pick(kernels, torch.float16, "nt", 8)
-    m, n = 8, 1024  # square weight: the first GEMM's output feeds the second
-
-    def bits(shape, density):
-        return (torch.rand(*shape, generator=gen, device="cuda") < density).half()
-
-    a, weights = bits((m, n), 0.5), [bits((n, n), 0.02) for _ in range(2)]
-    w = torch.empty_like(weights[0])
-    outs = []
-    for i in range(8):
-        w.copy_(weights[i % 2])
-        outs.append(kernel.run(kernel.run(a, w, splits=splits), w, splits=splits))
-    torch.cuda.synchronize()
-    for i, out in enumerate(outs):
-        wt = weights[i % 2].float().t()
-        assert torch.equal(out.float(), (a.float() @ wt) @ wt), f"{kernel.name} splits={splits}: call {i} differs"
+    assert_chain_sees_preceding_writes(pick(kernels, torch.float16, "nt", 8), 8, 1024, splits)
 
 
 def weight_stream(kernel: Kernel) -> str:

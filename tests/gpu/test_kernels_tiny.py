@@ -32,6 +32,7 @@ from cudal2_testing.correctness.reference import REL_TOL
 from cudal2_testing.kernel_library import Kernel, KernelError, KernelLibrary
 from cudal2_catalog.config import HgemmConfig
 from cudal2_catalog.families import tiny
+from dependent_launch import assert_chain_sees_preceding_writes
 from kernel_lib_under_test import library_under_test
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -187,23 +188,8 @@ def test_programmatic_launch_sees_preceding_writes(kernels, splits):
     """Enqueued back to back without syncs (programmatic dependent launch on sm_90), every GEMM sees what the kernel
     just before it wrote: a copy kernel overwrites the weight before the first GEMM, and the second GEMM reads the
     first one's output. Sparse 0/1 inputs keep every value an integer below 2048: results are exact."""
-    gen = generator(9, "cuda")
     for kernel in of(kernels, torch.float16, "nt"):
-        m, n = 64, 1024  # square weight: the first GEMM's output feeds the second
-
-        def bits(shape, density):
-            return (torch.rand(*shape, generator=gen, device="cuda") < density).half()
-
-        a, weights = bits((m, n), 0.5), [bits((n, n), 0.02) for _ in range(2)]
-        w = torch.empty_like(weights[0])
-        outs = []
-        for i in range(8):
-            w.copy_(weights[i % 2])
-            outs.append(kernel.run(kernel.run(a, w, splits=splits), w, splits=splits))
-        torch.cuda.synchronize()
-        for i, out in enumerate(outs):
-            wt = weights[i % 2].float().t()
-            assert torch.equal(out.float(), (a.float() @ wt) @ wt), f"{kernel.name} splits={splits}: call {i} differs"
+        assert_chain_sees_preceding_writes(kernel, 64, 1024, splits)
 
 
 # Run in a fresh process: the first launch of each tiny kernel there happens inside a CUDA-graph capture, so its
