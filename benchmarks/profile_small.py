@@ -45,7 +45,7 @@ METRICS = {"gpu__time_duration.sum": "duration",
            "launch__shared_mem_per_block_dynamic": "dynamic_smem",
            "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
            "launch__waves_per_multiprocessor": "waves"}
-STALL_PREFIX = "smsp__average_warp_latency_issue_stalled_"
+STALL_MARK = "issue_stalled_"  # warp-state metrics: smsp__average_warp(s|_latency)_issue_stalled_<reason>[_per_...].ratio
 TOP_STALLS = 4
 CHILD_TIMEOUT_S = 540
 
@@ -111,9 +111,10 @@ def launch_summary(row: dict) -> dict:
                 out[name] = value
     stalls = {}
     for metric, value in row.items():
-        if metric.startswith(STALL_PREFIX) and metric.endswith(".ratio"):
+        if metric.startswith("smsp__average_warp") and STALL_MARK in metric and metric.endswith(".ratio"):
+            reason = metric.split(STALL_MARK, 1)[1][:-len(".ratio")].split("_per_")[0]
             try:
-                stalls[metric[len(STALL_PREFIX):-len(".ratio")]] = float(value.replace(",", ""))
+                stalls[reason] = float(value.replace(",", ""))
             except ValueError:
                 continue
     out["top_stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1])[:TOP_STALLS])

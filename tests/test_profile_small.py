@@ -3,7 +3,8 @@ from benchmarks import profile_small
 
 HEADER = ('"ID","Kernel Name","gpu__time_duration.sum","launch__grid_size",'
           '"smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio",'
-          '"smsp__average_warp_latency_issue_stalled_barrier.ratio","smsp__average_warp_latency_issue_stalled_wait.ratio"')
+          '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
+          '"smsp__average_warp_latency_issue_stalled_wait.ratio"')
 UNITS = '"","","nsecond","","","",""'
 
 
