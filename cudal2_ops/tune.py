@@ -271,8 +271,10 @@ class Summary:
                 f"{self.tuned - self.kernels} a cuBLASLt configuration",
                 f"{self.new} new entries, {self.changed} changed choices, {len(self.unsupported)} without any runnable "
                 f"cuBLASLt algorithm" + (f" (e.g. {self.unsupported[0]})" if self.unsupported else ""),
-                "chosen vs cuBLASLt's heuristic choice: " + (f"geomean {geo:.3f}x, worst {min(self.over_heuristic):.3f}x, "
-                                                             f"best {max(self.over_heuristic):.3f}x" if geo else "n/a")] + (
+                "chosen vs cuBLASLt's heuristic choice: " + (f"geomean {geo:.3f}x, median "
+                                                             f"{statistics.median(self.over_heuristic):.3f}x, worst "
+                                                             f"{min(self.over_heuristic):.3f}x, best "
+                                                             f"{max(self.over_heuristic):.3f}x" if geo else "n/a")] + (
             [f"{len(self.skipped)} problems not tuned: the time budget ran out"] if self.skipped else [])
 
 
