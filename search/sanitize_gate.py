@@ -64,9 +64,12 @@ def sanitized(name: str, records: dict[str, set[str | None]], code_of: Callable[
 def withhold(table: dict, records: dict[str, set[str | None]],
              code_of: Callable[[str], str | None] = current_code) -> dict:
     """`table` with every entry whose kernel is not sanitized withheld (see the module docstring); the header's
-    `withheld_unsanitized` lists those kernels, with any an earlier pass withheld (absent when none)."""
+    `withheld_unsanitized` lists those kernels, with those an earlier pass withheld that are still not sanitized (absent
+    when none)."""
     verdicts: dict[str, bool] = {}
-    entries, withheld = {}, set(table["header"].get("withheld_unsanitized", []))
+    entries = {}
+    withheld = {name for name in table["header"].get("withheld_unsanitized", [])  # an earlier pass's, still unsanitized
+                if not verdicts.setdefault(name, sanitized(name, records, code_of))}
     for key, entry in table["entries"].items():
         name = entry.get("kernel")
         if name and not verdicts.setdefault(name, sanitized(name, records, code_of)):

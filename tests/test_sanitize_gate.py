@@ -44,6 +44,8 @@ def test_withheld_entries_keep_their_cublaslt_configuration_or_leave():
                                 "nt_fp16_128_128_64": {"cublaslt": lt, "cublaslt_us": 2.2}}
     assert gated["header"] == {"gpu_name": "H", "withheld_unsanitized": ["k_new"]}
     assert sanitize_gate.withhold(gated, records, code_of=lambda name: None) == gated  # a second pass keeps the list
+    later = {"k_ok": {None}, "k_new": {None}}                                          # ... until k_new passes
+    assert "withheld_unsanitized" not in sanitize_gate.withhold(gated, later, code_of=lambda name: None)["header"]
     assert "withheld_unsanitized" not in sanitize_gate.withhold(
         {"header": {}, "entries": {"k": {"kernel": "k_ok"}}}, records, code_of=lambda name: None)["header"]
 
