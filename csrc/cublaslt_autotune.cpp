@@ -1,4 +1,5 @@
-// Times cuBLASLt's heuristic candidates for one problem and picks the fastest (median of several samples).
+// Times cuBLASLt's heuristic candidates for one problem and picks the fastest (median of several samples), the
+// fastest few and the heuristic's choice re-timed in interleaved rounds before the pick (as cudal2_ops.tune does).
 //
 // Each timed burst is queued behind a GPU spin kernel, so the host has enqueued every call before the first one runs
 // and the events measure the kernels back to back, not the host's issue rate (a small GEMM takes ~2.5 us on the GPU
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "cublaslt_gemm.h"
@@ -19,6 +21,8 @@ constexpr double kTargetSampleUs = 200.0;  // calls per sample are scaled so tha
 constexpr int kMaxCallsPerSample = 50;
 constexpr double kBudgetMs = 400.0;  // per problem: later candidates are skipped once this is spent
 constexpr int64_t kSpinCyclesPerCall = 60000;  // ~30 us at 2 GHz: more than the host needs to issue one call
+constexpr int kFinalists = 3;      // the fastest of the first pass timed again (with the heuristic's choice)
+constexpr int kRetimeRounds = 3;   // interleaved rounds of that re-timing; each finalist's median over them
 
 // Median time per call (us) of `algo`, or a negative value when a call fails.
 float time_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
@@ -55,14 +59,40 @@ int autotune_candidates(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
   const auto t0 = std::chrono::steady_clock::now();
-  int best = -1;
+  std::vector<std::pair<float, int>> timed;  // (us, candidate index) of the first pass
   for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
     const double spent_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i > 0 && spent_ms > kBudgetMs) break;
     const float us = time_algo(handle, g, plan, plan.candidates[i].algo, ws, start, stop);
-    if (us > 0.f && (best < 0 || us < *best_us)) {
-      best = i;
-      *best_us = us;
+    if (us > 0.f) timed.emplace_back(us, i);
+  }
+  int best = -1;
+  if (!timed.empty()) {
+    // A single pass picks by noise where candidates differ by less than it (small problems): the fastest few, and
+    // the heuristic's choice, are timed again in interleaved rounds and the best median wins.
+    std::sort(timed.begin(), timed.end());
+    std::vector<int> finalists;
+    for (int j = 0; j < std::min<int>(kFinalists, timed.size()); ++j) finalists.push_back(timed[j].second);
+    if (timed.front().second != 0 && std::find(finalists.begin(), finalists.end(), 0) == finalists.end() &&
+        std::any_of(timed.begin(), timed.end(), [](const auto& t) { return t.second == 0; })) {
+      finalists.push_back(0);
+    }
+    std::vector<std::vector<float>> rounds(finalists.size());
+    for (int r = 0; r < kRetimeRounds; ++r) {
+      for (size_t j = 0; j < finalists.size(); ++j) {
+        const size_t f = (j + r) % finalists.size();
+        const float us = time_algo(handle, g, plan, plan.candidates[finalists[f]].algo, ws, start, stop);
+        if (us > 0.f) rounds[f].push_back(us);
+      }
+    }
+    for (size_t f = 0; f < finalists.size(); ++f) {
+      if (rounds[f].empty()) continue;
+      std::nth_element(rounds[f].begin(), rounds[f].begin() + rounds[f].size() / 2, rounds[f].end());
+      const float us = rounds[f][rounds[f].size() / 2];
+      if (best < 0 || us < *best_us) {
+        best = finalists[f];
+        *best_us = us;
+      }
     }
   }
   cudaGetLastError();  // a failing candidate must not leave a sticky launch error behind
