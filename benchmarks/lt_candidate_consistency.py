@@ -39,13 +39,13 @@ def candidate_rows(problem, run, rounds: int) -> list[dict]:
     from cudal2_ops._extension import _C
 
     configs = _C.tuning.lt_candidates(run.a, run.b, run.out, problem.layout)
-    baseline_configs = _C.testing.cublaslt_candidates(run.a, run.b, run.out, problem.layout)
+    baseline_configs = {tuple(c) for c in _C.testing.cublaslt_candidates(run.a, run.b, run.out, problem.layout)}
     ways = {"dispatcher": lambda c: run.run_config(c),
             "baseline": lambda c: _C.testing.cublaslt_run_config(run.a, run.b, None, run.out, problem.layout, c)}
     rows = []
     for index, config in enumerate(configs):
         row = {"problem": problem.key, "index": index, "config": list(config),
-               "in_baseline_list": list(config) in [list(c) for c in baseline_configs]}
+               "in_baseline_list": tuple(config) in baseline_configs}
         try:
             for name, way in ways.items():
                 row[f"{name}_eager_us"] = round(tune.eager_call_us(lambda: way(config)), 3)

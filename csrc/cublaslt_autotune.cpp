@@ -73,7 +73,7 @@ int autotune_candidates(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan
     std::sort(timed.begin(), timed.end());
     std::vector<int> finalists;
     for (int j = 0; j < std::min<int>(kFinalists, timed.size()); ++j) finalists.push_back(timed[j].second);
-    if (timed.front().second != 0 && std::find(finalists.begin(), finalists.end(), 0) == finalists.end() &&
+    if (std::find(finalists.begin(), finalists.end(), 0) == finalists.end() &&
         std::any_of(timed.begin(), timed.end(), [](const auto& t) { return t.second == 0; })) {
       finalists.push_back(0);
     }

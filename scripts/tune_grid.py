@@ -8,8 +8,8 @@ a results file.
         --base kernels/sm90/nvidia_h100_80gb_hbm3.json --out OUT/nvidia_h100_80gb_hbm3.json --results OUT/tune.json
 
 The table keeps the base table's entries for problems not tuned here. Before it ships, the sanitizer gate
-(`python -m search.sanitize_gate`) withholds entries of kernels compute-sanitizer has not run clean. The results file holds the environment, the
-time each (shape set, layout, dtype) took and the summary of what changed.
+(`python -m search.sanitize_gate`) withholds entries of kernels compute-sanitizer has not run clean. The results file
+holds the environment, the time each (shape set, layout, dtype) took and the summary of what changed.
 """
 from __future__ import annotations
 
