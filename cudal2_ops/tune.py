@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -182,10 +183,18 @@ def runnable_kernels(layout: str, dtype: str, family: str | None = None) -> list
     from cudal2_ops._extension import _C
 
     major, minor = torch.cuda.get_device_capability()
-    cc = 10 * major + minor
+    return list(_runnable_on(layout, dtype, family, 10 * major + minor, tuple(_C.kernel_libraries())))
+
+
+@functools.lru_cache(maxsize=None)
+def _runnable_on(layout: str, dtype: str, family: str | None, cc: int, libraries: tuple[str, ...]) -> tuple[str, ...]:
+    """`runnable_kernels` for compute capability `cc` with `libraries` loaded (keyed on them: the tuner asks once per
+    problem, and a library loaded later changes the answer)."""
+    from cudal2_ops._extension import _C
+
     infos = (_C.kernel_info(name) for name in sorted(_C.kernel_names()))
-    return [i["name"] for i in infos if i["layout"] == layout and i["dtype"] == dtype
-            and i["sm_min"] <= cc <= i["sm_max"] and family in (None, i["family"])]
+    return tuple(i["name"] for i in infos if i["layout"] == layout and i["dtype"] == dtype
+                 and i["sm_min"] <= cc <= i["sm_max"] and family in (None, i["family"]))
 
 
 def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None,
