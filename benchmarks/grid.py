@@ -85,6 +85,10 @@ def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_nam
     head = env.header(argv)
     if args.resume and out.exists():
         doc = results.load(out)
+        conflicts = results.resume_conflicts(doc["header"], head)
+        if conflicts:
+            raise SystemExit(f"{out} was measured in another setting, so it cannot be continued (--out for a new "
+                             "file): " + "; ".join(conflicts))
         doc["header"].setdefault("sessions", []).append({"date": head["date"], "command": head["command"],
                                                          "commit": head["commit"]})
         return doc

@@ -8,6 +8,10 @@ from pathlib import Path
 
 SCHEMA = 1
 KEY_FIELDS = ("m", "n", "k", "dtype", "impl", "layout", "mode")
+# What must be the same for rows measured in two sessions to sit in one results file: the GPU and software, the code,
+# the dispatcher's settings and the table it loaded (a run resumed without the table it started with is two runs).
+RESUME_IDENTITY = ("gpu", "sm_count", "cuda", "torch", "cublas", "cutlass", "commit", "pdl_disabled",
+                   "cudal2_environment", "table")
 
 
 def row_key(row: dict) -> tuple:
@@ -32,6 +36,13 @@ def save(path: Path, doc: dict) -> None:
     text = json.dumps(head, indent=1)[:-2] + ',\n "rows": [\n' + ",\n".join(json.dumps(r) for r in doc["rows"])
     tmp.write_text(text + "\n ]\n}\n")
     os.replace(tmp, path)
+
+
+def resume_conflicts(recorded: dict, current: dict) -> list[str]:
+    """How the header of a results file and this session's differ in what RESUME_IDENTITY says must match (empty when
+    the file may be continued)."""
+    return [f"{field}: {recorded.get(field)!r} in the file, {current.get(field)!r} now" for field in RESUME_IDENTITY
+            if recorded.get(field) != current.get(field)]
 
 
 def new_document(header: dict, protocol: dict) -> dict:

@@ -35,14 +35,26 @@ def problems_of(shape_set: str, layout: str, dtype: str, sample: int | None, see
 
 
 def sweep_kernels(paths: list[Path], top: int = SWEEP_TOP) -> dict[str, list[tuple[str, tune.Knobs]]]:
-    """{problem key: kernels} from sweep files (`python -m search.sweep`, later files win per problem): the `top`
-    fastest correct candidates of each problem that were faster than the sweep's cuBLASLt-autotune baseline; a problem
-    swept in one of fp16 / bf16 only also gets its twin's kernels in its own dtype (kernel names carry the dtype; the
-    tuner times them on the problem itself and skips names the library lacks)."""
-    if not paths:
-        return {}
+    """{problem key: kernels} from sweep files (`python -m search.sweep`): the `top` fastest correct candidates of each
+    problem that were faster than the sweep's cuBLASLt-autotune baseline. Sweeps of one GPU are merged (the later file
+    wins per problem); those of other GPUs add their kernels to a problem's list (a kernel that won on another GPU is a
+    candidate worth timing here: the tuner times every candidate on this GPU and skips names the library lacks)."""
+    by_gpu: dict[tuple, list[dict]] = {}
+    for path in paths:
+        sweep = read_sweep(path)
+        by_gpu.setdefault((sweep["environment"]["gpu_name"], sweep["environment"]["sm_count"]), []).append(sweep)
+    found: dict[str, list[tuple[str, tune.Knobs]]] = {}
+    for sweeps in by_gpu.values():
+        for key, kernels in fastest_per_problem(merge_sweeps(sweeps)["rows"], top).items():
+            found[key] = list(dict.fromkeys(found.get(key, []) + kernels))
+    return found
+
+
+def fastest_per_problem(sweep_rows: list[dict], top: int) -> dict[str, list[tuple[str, tune.Knobs]]]:
+    """{problem key: the `top` fastest correct kernels under the baseline} of one GPU's sweep rows; a problem swept in
+    one of fp16 / bf16 only also gets its twin's kernels in its own dtype (kernel names carry the dtype)."""
     found = {}
-    rows = from_sweep_rows(merge_sweeps([read_sweep(p) for p in paths])["rows"])
+    rows = from_sweep_rows(sweep_rows)
     swept = {measured.key for measured in rows}
     for measured in rows:
         fast = sorted((c for c in measured.candidates if c.correct and c.us and measured.baseline_us
@@ -57,6 +69,13 @@ def sweep_kernels(paths: list[Path], top: int = SWEEP_TOP) -> dict[str, list[tup
             found[twin_key] = [(name.replace(f"_{dtype}_", f"_{twin_dtype[dtype]}_", 1), knobs)
                                for name, knobs in kernels]
     return found
+
+
+def in_band(problem: tune.Problem, min_log2_mnk: float | None, max_log2_mnk: float | None) -> bool:
+    """Whether 2^min < M*N*K <= 2^max (a bound left None is open)."""
+    mnk = problem.m * problem.n * problem.k
+    return ((min_log2_mnk is None or mnk > 2 ** min_log2_mnk) and
+            (max_log2_mnk is None or mnk <= 2 ** max_log2_mnk))
 
 
 def modes_of(problems: list[tune.Problem], grid_up_to: float | None) -> list[tuple[str, list[tune.Problem]]]:
@@ -94,11 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, required=True, help="the results file to write")
     parser.add_argument("--margin", type=float, default=tune.DEFAULT_MARGIN)
     parser.add_argument("--sweeps", type=Path, nargs="*", default=[],
-                        help="sweep results files (python -m search.sweep, .json or .json.gz) of this GPU: each "
-                             f"problem's {SWEEP_TOP} fastest kernels that beat the sweep's cuBLASLt-autotune are timed "
-                             "too (a kernel the loaded library lacks is skipped)")
+                        help="sweep results files (python -m search.sweep, .json or .json.gz), of this GPU or "
+                             f"others: each problem's {SWEEP_TOP} fastest kernels that beat the sweep's "
+                             "cuBLASLt-autotune (per GPU) are timed too (a kernel the loaded library lacks is skipped)")
     parser.add_argument("--max-log2-mnk", type=float, help="tune only problems with log2(M*N*K) up to this (the base "
                         "table's entries are kept for the larger ones)")
+    parser.add_argument("--min-log2-mnk", type=float, help="tune only problems with log2(M*N*K) above this (the base "
+                        "table's entries are kept for the smaller ones; with --max-log2-mnk, a size band)")
     parser.add_argument("--grid-up-to", type=float, help="problems with log2(M*N*K) up to this also time every loaded "
                         "kernel at each variant of its knob grid (tune's 'grid' mode; the others: the table's kernel "
                         "and the sweeps')")
@@ -118,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
                 problems = sorted((p for p in problems_of(shape_set, layout, dtype, args.sample, args.seed)
-                                   if args.max_log2_mnk is None or p.m * p.n * p.k <= 2 ** args.max_log2_mnk),
+                                   if in_band(p, args.min_log2_mnk, args.max_log2_mnk)),
                                   key=lambda p: p.m * p.n * p.k)
                 for mode, part in modes_of(problems, args.grid_up_to):
                     t0 = time.perf_counter()

@@ -87,3 +87,14 @@ def test_gpu_slug_and_cutlass_version():
     except importlib.metadata.PackageNotFoundError:
         installed = None
     assert env.cutlass_version() == installed
+
+
+def test_a_results_file_is_continued_only_in_the_setting_it_was_measured_in():
+    """A run resumed without the table it started with (or on another GPU, commit, PDL setting) would mix two runs."""
+    table = {"path": "OUT/nvidia_h200.json", "entries": 5164, "entries_sha256": "abc", "tuned_overlay": None}
+    head = {"gpu": "NVIDIA H200", "sm_count": 132, "commit": "87757c0", "pdl_disabled": True,
+            "cudal2_environment": {"CUDAL2_TABLE": "OUT/nvidia_h200.json"}, "table": table, "date": "then"}
+    assert results.resume_conflicts(head, {**head, "date": "now"}) == []
+    conflicts = results.resume_conflicts(head, {**head, "table": None})
+    assert len(conflicts) == 1 and conflicts[0].startswith("table:")
+    assert len(results.resume_conflicts(head, {**head, "pdl_disabled": False, "commit": "other"})) == 2

@@ -83,3 +83,24 @@ def test_problems_up_to_the_grid_limit_time_every_kernel_and_knob_variant(monkey
     assert tune.kernel_candidates(small, "none", None, [(tiny, Knobs(8))]) == []
     with pytest.raises(ValueError, match="kernel mode"):
         tune.kernel_candidates(small, "every", None)
+
+
+def test_sweeps_of_another_gpu_add_their_kernels_to_a_problem(tmp_path):
+    """Sweeps of one GPU merge (the later wins per problem); another GPU's winners join the problem's candidates."""
+    tune_grid = load_tune_grid()
+    h100, h200 = tmp_path / "h100.json", tmp_path / "h200.json"
+    h100.write_text(json.dumps(sweep([row(64, 10.0, ("a", 0, True, 5.0))])))
+    other = sweep([row(64, 10.0, ("b", 0, True, 6.0), ("a", 0, True, 7.0))])
+    other["environment"] = {**other["environment"], "gpu_name": "NVIDIA H200"}
+    h200.write_text(json.dumps(other))
+    assert tune_grid.sweep_kernels([h100, h200])["nt_fp16_64_64_64"] == [("a", Knobs()), ("b", Knobs())]
+
+
+def test_a_size_band_of_problems():
+    tune_grid = load_tune_grid()
+    from cudal2_ops import tune
+    small, large = tune.Problem("nt", "fp16", 64, 64, 64), tune.Problem("nt", "fp16", 2048, 2048, 2048)
+    assert [tune_grid.in_band(p, 18, None) for p in (small, large)] == [False, True]
+    assert [tune_grid.in_band(p, None, 18) for p in (small, large)] == [True, False]
+    assert [tune_grid.in_band(p, None, None) for p in (small, large)] == [True, True]
+    assert not tune_grid.in_band(large, 18, 30)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import hashlib
 import importlib.metadata
+import json
 import os
 import shlex
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
 
 from cudal2_testing.measure import timing
-from cudal2_ops.tables import gpu_slug
+from cudal2_ops.tables import DeviceFacts, gpu_slug, load_table_for
 
 REPO = Path(__file__).resolve().parents[2]
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
@@ -92,6 +95,20 @@ def git_commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+def dispatch_table(device: int) -> dict | None:
+    """The table cudal2's dispatcher loads on `device`: its path, its number of entries and a digest of them (a user's
+    tuned overlay included), or None when the dispatcher runs without one (none found, or one that does not fit this
+    GPU: the warning saying why is the dispatcher's own, not repeated here)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        table = load_table_for(DeviceFacts.of(device))
+    if table is None:
+        return None
+    digest = hashlib.sha256(json.dumps(table.entries, sort_keys=True).encode()).hexdigest()[:16]
+    return {"path": str(table.path), "entries": len(table.entries), "entries_sha256": digest,
+            "tuned_overlay": table.header.get("tuned_overlay")}
+
+
 def _best_us(call, warmup_s: float = 0.5) -> float:
     """Fastest per-call replay time (us) of `call` after `warmup_s` of back-to-back calls (clocks ramped up)."""
     t0 = time.perf_counter()
@@ -139,6 +156,7 @@ def header(argv: list[str]) -> dict:
         "torch_compiled_cuda": torch._C._cuda_getCompiledVersion(), "cublas": cublas_version(),
         "cutlass": cutlass_version(), "package": package,
         "commit": git_commit(), "pdl_disabled": pdl_disabled(), "cudal2_environment": cudal2_environment(),
+        "table": dispatch_table(idx),
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable.rsplit("/", 1)[-1], "-m", "benchmarks.grid", *argv]),
