@@ -80,7 +80,8 @@ def test_sweeps_of_different_gpus_do_not_merge():
 TUNED = {"nvidia_h100_80gb_hbm3": ["tune_grid_g1000_fp16_2026-11-25.json.gz", "tune_grid_g1000_bf16_2026-11-25.json.gz",
                                    "tune_grid_llm_2026-11-25.json.gz", "tune_grid_all_2026-11-25_retuned.json.gz",
                                    "tune_grid_below2e30_2026-11-25_b1c4805.json.gz"],
-         "nvidia_h200": ["tune_grid_below2e30_2026-11-26_87757c0.json.gz"]}
+         "nvidia_h200": ["tune_grid_below2e30_2026-11-26_87757c0.json.gz", "tune_grid_above2e30_fp16_2026-11-26_bcae5f1.json.gz",
+                         "tune_grid_above2e30_bf16_2026-11-26_bcae5f1.json.gz"]}
 
 
 def test_emit_merge_keeps_what_the_measurements_do_not_contradict():
