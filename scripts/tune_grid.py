@@ -78,6 +78,12 @@ def in_band(problem: tune.Problem, min_log2_mnk: float | None, max_log2_mnk: flo
             (max_log2_mnk is None or mnk <= 2 ** max_log2_mnk))
 
 
+def wanted(problem: tune.Problem, args: argparse.Namespace, base_entries: dict) -> bool:
+    """Whether this run tunes `problem`: in the size band, and with --missing-only only where the base has no entry."""
+    return (in_band(problem, args.min_log2_mnk, args.max_log2_mnk) and
+            not (args.missing_only and problem.key in base_entries))
+
+
 def modes_of(problems: list[tune.Problem], grid_up_to: float | None) -> list[tuple[str, list[tune.Problem]]]:
     """(kernel mode, problems) parts of a size-sorted problem list: "grid" for those up to 2^grid_up_to, "table" for
     the rest; empty parts left out."""
@@ -120,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                         "table's entries are kept for the larger ones)")
     parser.add_argument("--min-log2-mnk", type=float, help="tune only problems with log2(M*N*K) above this (the base "
                         "table's entries are kept for the smaller ones; with --max-log2-mnk, a size band)")
+    parser.add_argument("--missing-only", action="store_true", help="tune only problems the base table has no entry "
+                        "for (to finish a tuning that a time budget cut)")
     parser.add_argument("--grid-up-to", type=float, help="problems with log2(M*N*K) up to this also time every loaded "
                         "kernel at each variant of its knob grid (tune's 'grid' mode; the others: the table's kernel "
                         "and the sweeps')")
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
                 problems = sorted((p for p in problems_of(shape_set, layout, dtype, args.sample, args.seed)
-                                   if in_band(p, args.min_log2_mnk, args.max_log2_mnk)),
+                                   if wanted(p, args, base_entries)),
                                   key=lambda p: p.m * p.n * p.k)
                 for mode, part in modes_of(problems, args.grid_up_to):
                     t0 = time.perf_counter()

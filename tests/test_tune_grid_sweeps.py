@@ -104,3 +104,16 @@ def test_a_size_band_of_problems():
     assert [tune_grid.in_band(p, None, 18) for p in (small, large)] == [True, False]
     assert [tune_grid.in_band(p, None, None) for p in (small, large)] == [True, True]
     assert not tune_grid.in_band(large, 18, 30)
+
+
+def test_missing_only_tunes_what_the_base_lacks():
+    """A tuning cut by its time budget is finished by tuning only the problems the base table has no entry for."""
+    import argparse
+    tune_grid = load_tune_grid()
+    from cudal2_ops import tune
+    have, lack = tune.Problem("nt", "fp16", 64, 64, 64), tune.Problem("nt", "fp16", 128, 64, 64)
+    base = {have.key: {"cublaslt": {}}}
+    args = argparse.Namespace(min_log2_mnk=None, max_log2_mnk=None, missing_only=True)
+    assert [tune_grid.wanted(p, args, base) for p in (have, lack)] == [False, True]
+    args.missing_only = False
+    assert [tune_grid.wanted(p, args, base) for p in (have, lack)] == [True, True]
