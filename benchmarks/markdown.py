@@ -29,7 +29,19 @@ def environment(header: dict, protocol: dict) -> list[str]:
         f"{_f(roof.get('bandwidth_gbs'), 0)} GB/s ({roof.get('bandwidth_source')})",
         f"- shapes {protocol['shapes']} ({protocol['n_shapes']}), L2 {protocol['l2']}, seed {protocol['seed']}; "
         f"unavailable: {', '.join(protocol.get('unavailable', {})) or 'none'}",
+        f"- {dispatch_table_line(header)}; PDL {'off' if header.get('pdl_disabled') else 'on'}",
     ]
+
+
+def dispatch_table_line(header: dict) -> str:
+    """What the header says of the table cudal2's dispatcher loaded (files from before it was recorded: unknown)."""
+    if "table" not in header:
+        return "cudal2's table: not recorded"
+    table = header["table"]
+    if table is None:
+        return "cudal2's table: none loaded (cuBLASLt's heuristic on every problem)"
+    overlay = f", overlaid with {table['tuned_overlay']}" if table.get("tuned_overlay") else ""
+    return f"cudal2's table: {table['path']} ({table['entries']} entries, digest {table['entries_sha256']}{overlay})"
 
 
 def table1(comps: dict[str, Comparison]) -> list[str]:

@@ -111,3 +111,14 @@ def test_summary_merge_replaces_same_key_and_keeps_others(run_file, tmp_path):
     runs = json.loads(run_file.with_name("summary.json").read_text())["runs"]
     keys = [(r["mode"], r["layout"], r["dtype"], r["shapes"]) for r in runs]
     assert len(keys) == len(set(keys)) == 4 * len(MODES)
+
+
+def test_markdown_names_the_table_the_dispatcher_loaded():
+    """A results file says which table cudal2 ran with (or that none loaded), so a run without it cannot pass as one
+    with it."""
+    from benchmarks import markdown
+    assert markdown.dispatch_table_line({}) == "cudal2's table: not recorded"
+    assert "none loaded" in markdown.dispatch_table_line({"table": None})
+    line = markdown.dispatch_table_line({"table": {"path": "t.json", "entries": 5, "entries_sha256": "ab12",
+                                                   "tuned_overlay": None}})
+    assert line == "cudal2's table: t.json (5 entries, digest ab12)"
