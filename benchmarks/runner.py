@@ -14,7 +14,8 @@ from cudal2_testing.measure import timing
 from cudal2_testing.measure.shapes import Shape
 
 DTYPES = check.DTYPES
-MODES = ("kernel", "offline", "server")
+MODES = ("kernel", "kernel_after", "offline", "server")
+GRAPH_MODES = ("kernel", "kernel_after")  # timed by CUDA-graph replay
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,20 @@ class Inputs:
     b_kn: torch.Tensor
     b_nk: torch.Tensor
     out: torch.Tensor
+    a_source: torch.Tensor | None = None  # what `produce` writes A from (kernel_after mode)
 
     def b(self, layout: str) -> torch.Tensor:
         return self.b_kn if layout == "nn" else self.b_nk
+
+    def prepare_producer(self) -> None:
+        """Allocates A's source for `produce` (before any capture: an allocation there would be captured too)."""
+        if self.a_source is None:
+            self.a_source = self.a.clone()
+
+    def produce(self) -> None:
+        """The non-GEMM kernel kernel_after mode puts before each call: an elementwise kernel that writes A (the same
+        values) from its source, as a norm or an activation writes a GEMM's input in a model."""
+        torch.mul(self.a_source, 1.0, out=self.a)
 
     def call(self, impl: Impl) -> object:
         return impl.call(self.a, self.b(impl.layout), self.out)
@@ -112,28 +124,44 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
             continue
         rows += [_row(shape, dtype, impl, mode, ok=False, rel_err=err, error=msg)
                  for mode in settings.modes if (impl.name, impl.layout, mode) in todo]
-    if settings.l2 == "cold" and "kernel" in settings.modes:
+    graph_modes = [mode for mode in GRAPH_MODES if mode in settings.modes]
+    if settings.l2 == "cold" and graph_modes:
         sets += [make_inputs(shape, DTYPES[dtype], gen) for _ in range(cold_set_count(shape, l2_bytes) - 1)]
+    if "kernel_after" in graph_modes:
+        for inp in sets:
+            inp.prepare_producer()
     est: dict[Impl, float] = {}
     for impl in passing:
-        if (impl.name, impl.layout, "kernel") not in todo:
-            continue
-        try:
-            est[impl] = timing.estimate_ms(lambda i, impl=impl: sets[i].call(impl), len(sets))
-            res = timing.kernel_mode(lambda i, impl=impl: sets[i].call(impl), len(sets), est[impl],
-                                     target_ms=settings.target_ms)
-            # the process's allocated GPU memory after the timing: a leak across shapes shows in the file (one run
-            # held 49.6 GiB in CUDA-graph private pools by its largest shape and failed it out of memory)
-            rows.append(_row(shape, dtype, impl, "kernel", ok=True, rel_err=passing[impl], l2=settings.l2,
-                             allocated_mib=round(torch.cuda.memory_allocated() / 2**20), **res))
-        except RuntimeError as exc:
-            rows.append(_row(shape, dtype, impl, "kernel", ok=False, rel_err=passing[impl], error=_failure(exc)))
+        for mode in graph_modes:
+            if (impl.name, impl.layout, mode) not in todo:
+                continue
+            try:
+                if impl not in est:
+                    est[impl] = timing.estimate_ms(lambda i, impl=impl: sets[i].call(impl), len(sets))
+                res = graph_time(mode, impl, sets, est[impl], settings.target_ms)
+                # the process's allocated GPU memory after the timing: a leak across shapes shows in the file (one run
+                # held 49.6 GiB in CUDA-graph private pools by its largest shape and failed it out of memory)
+                rows.append(_row(shape, dtype, impl, mode, ok=True, rel_err=passing[impl], l2=settings.l2,
+                                 allocated_mib=round(torch.cuda.memory_allocated() / 2**20), **res))
+            except RuntimeError as exc:
+                rows.append(_row(shape, dtype, impl, mode, ok=False, rel_err=passing[impl], error=_failure(exc)))
     del sets[1:]
     for mode in ("offline", "server"):
         group = [i for i in passing if mode in settings.modes and (i.name, i.layout, mode) in todo]
         if group:
             rows += _host_rows(shape, dtype, mode, group, passing, est, sets[0], settings, rng)
     return rows
+
+
+def graph_time(mode: str, impl: Impl, sets: list[Inputs], est_ms: float, target_ms: float) -> dict:
+    """One implementation's CUDA-graph timing in `mode` ("kernel": back to back; "kernel_after": each call after a
+    kernel that writes its A), rotating over the input sets."""
+    def call(i: int) -> object:
+        return sets[i].call(impl)
+
+    if mode == "kernel":
+        return timing.kernel_mode(call, len(sets), est_ms, target_ms=target_ms)
+    return timing.after_kernel_mode(call, lambda i: sets[i].produce(), len(sets), est_ms, target_ms=target_ms)
 
 
 def _host_rows(shape: Shape, dtype: str, mode: str, group: list[Impl], errs: dict[Impl, float],

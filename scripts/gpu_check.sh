@@ -9,7 +9,9 @@
 # evaluation budget, SEARCH_PER_PROBLEM (16) per problem of SEARCH_SHAPES (sample20), into OUT_DIR/search.sqlite, the two
 # runs within SEARCH_MINUTES (4) together; SEARCH_MAX_BUILDS (0: built kernels and their knobs only, no nvcc on the GPU's
 # clock; prepare builds ahead with `python -m search run --compile-only`); then the run report and its throughput rows), search-emit (the searched table and kernel sources from that store, then a rebuild), sweep, sweep-cold, fuzz, sanitize (compute-sanitizer memcheck of every library kernel, or of $SANITIZE_FAMILIES /
-# $SANITIZE_SAMPLE of them, or with SANITIZE_WITHHELD=1 of those the shipped table's sanitizer gate withheld, and racecheck of $SANITIZE_RACECHECK, default tiny), bench-kernel, bench-offline, bench-server, bench-llm, decode-bw,
+# $SANITIZE_SAMPLE of them, or with SANITIZE_WITHHELD=1 of those the shipped table's sanitizer gate withheld, and racecheck of $SANITIZE_RACECHECK, default tiny), bench-kernel,
+# bench-after (G1000 sample100 in kernel mode back to back and after a non-GEMM kernel that writes A, PDL off then on:
+# g1000_after_pdl0.json / g1000_after_pdl1.json), bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
 # (kernels and host ops per step, unpatched vs patched, compiled), candidates (kernel configs named in $CANDIDATES,
 # comma-separated, not yet built: generated, built into build/candidates.so, GPU-tested, sanitized, then swept with cold
@@ -87,6 +89,11 @@ run_stage() {
                 --out "$OUT_DIR/sanitize.json" ;;
     bench-kernel) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage bench_kernel "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \
                     --modes kernel --out "$OUT_DIR/g1000_kernel.json" ;;
+    bench-after) for pdl in 1 0; do  # G1000 sample100 kernel mode back to back and after a non-GEMM kernel, PDL off, on
+                   CUDAL2_DISABLE_PDL=$pdl stage "bench_after_pdl$((1 - pdl))" "$PY" -m benchmarks.grid --shapes g1000 \
+                     --sample 100 --seed 0 --layouts nt,nn --dtypes fp16 --modes kernel,kernel_after \
+                     --impls "$PROTOCOL_IMPLS" --out "$OUT_DIR/g1000_after_pdl$((1 - pdl)).json"
+                 done ;;
     bench-offline) stage bench_offline "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes fp16 \
                      --modes offline --out "$OUT_DIR/g1000_offline.json" ;;
     bench-server) stage bench_server "$PY" -m benchmarks.grid --shapes g1000 --sample 100 --seed 0 --layouts nt,nn \

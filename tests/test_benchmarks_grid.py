@@ -98,3 +98,8 @@ def test_a_results_file_is_continued_only_in_the_setting_it_was_measured_in():
     conflicts = results.resume_conflicts(head, {**head, "table": None})
     assert len(conflicts) == 1 and conflicts[0].startswith("table:")
     assert len(results.resume_conflicts(head, {**head, "pdl_disabled": False, "commit": "other"})) == 2
+
+
+def test_kernel_after_is_a_mode():
+    args = grid.parse_args(["--modes", "kernel,kernel_after"])
+    assert args.modes == ["kernel", "kernel_after"] and "kernel_after" in runner.GRAPH_MODES

@@ -122,3 +122,12 @@ def test_markdown_names_the_table_the_dispatcher_loaded():
     line = markdown.dispatch_table_line({"table": {"path": "t.json", "entries": 5, "entries_sha256": "ab12",
                                                    "tuned_overlay": None}})
     assert line == "cudal2's table: t.json (5 entries, digest ab12)"
+
+
+def test_kernel_after_rows_get_their_own_section(tmp_path):
+    """kernel_after (a call after a non-GEMM kernel) is reported as a mode of its own beside kernel mode."""
+    path = tmp_path / "test-gpu" / "after.json"
+    results.save(path, synthetic_doc(modes=("kernel", "kernel_after")))
+    report.main([str(path)])
+    md = path.with_suffix(".md").read_text()
+    assert "### kernel mode" in md and "### kernel_after mode" in md

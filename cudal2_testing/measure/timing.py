@@ -1,7 +1,8 @@
 """The three timing modes of docs/EVALUATION.md.
 
 kernel: R back-to-back calls captured in a CUDA graph, the replay timed with CUDA events, median over replays,
-per-call time = replay / R. offline: host perf_counter around one call with a device synchronize before and after,
+per-call time = replay / R. kernel_after: the same with a non-GEMM kernel that writes the call's input before each
+call, less that kernel's own time (a GEMM's place in a model, where PDL overlaps it with a different predecessor). offline: host perf_counter around one call with a device synchronize before and after,
 fresh inputs written before each call outside the timed region, implementations interleaved in shuffled order.
 server: offline plus an exponential idle gap (mean 1/QPS) before each call.
 """
@@ -54,6 +55,29 @@ def kernel_mode(call: IndexedCall, n_sets: int, est_ms: float, *, target_ms: flo
     per_call_us, reps_calls = graph_timing.sized_replay_us(call, n_sets, reps_calls, reps, torch.cuda.Stream(),
                                                            target_ms * 1e3, limit)
     return {**summarize_us(per_call_us), "calls_per_replay": reps_calls}
+
+
+def after_kernel_mode(call: IndexedCall, produce: IndexedCall, n_sets: int, est_ms: float, *, target_ms: float = 1.0,
+                      cap: int = 256, cold_cap: int = 4096, rounds: int = 3, reps: int = 5) -> dict:
+    """Per-call GPU time of a call that follows a non-GEMM kernel writing its input, as a GEMM follows a norm or an
+    activation in a model (with PDL on, what a kernel overlaps with its predecessor shows here, not between two GEMMs):
+    CUDA-graph replays of R (produce(i), call(i)) pairs and of the R producers alone, in `rounds` alternating rounds;
+    each pair replay's per-call time less the producers' median. The row keeps the producer's time (`producer_us`)."""
+    limit = cold_cap if n_sets > 1 else cap
+
+    def pair(i: int) -> None:
+        produce(i)
+        call(i)
+
+    stream = torch.cuda.Stream()
+    calls = calls_per_replay(est_ms, target_ms, limit, n_sets)
+    pairs, calls = graph_timing.sized_replay_us(pair, n_sets, calls, reps, stream, target_ms * 1e3, limit)
+    alone = graph_timing.replay_us(produce, n_sets, calls, reps, stream)
+    for _ in range(rounds - 1):
+        pairs += graph_timing.replay_us(pair, n_sets, calls, reps, stream)
+        alone += graph_timing.replay_us(produce, n_sets, calls, reps, stream)
+    producer_us = statistics.median(alone)
+    return {**summarize_us([t - producer_us for t in pairs]), "producer_us": producer_us, "calls_per_replay": calls}
 
 
 def host_iterations(est_ms: float, *, budget_ms: float, min_iters: int, max_iters: int,
