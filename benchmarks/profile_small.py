@@ -6,9 +6,10 @@ shared memory, achieved occupancy and the largest warp stall reasons, side by si
 
     python -m benchmarks.profile_small --out OUT/profile_small.json [--keys nn_fp16_1024_1024_64,...]
 
-The command runs `ncu ... python -m benchmarks.profile_small --child MANIFEST`; the child selects cuBLASLt-autotune's
-configuration and the fastest tiny kernel (each by CUDA-graph timing, as benchmarks.latency_floor does), then launches
-the three once each inside the NVTX range `cudal2_profile`, the only launches ncu profiles. Rows map to launches by
+The command first chooses, outside the profiler, cuBLASLt-autotune's configuration and the fastest tiny kernel of each
+problem (each by CUDA-graph timing, as benchmarks.latency_floor does) into MANIFEST, then runs `ncu ... python -m
+benchmarks.profile_small --child MANIFEST`, which launches the three once each inside the NVTX range
+`cudal2_profile`, the only launches ncu profiles. Rows map to launches by
 kernel name: the floor's `move_kernel` opens a problem, `tiny_gemm_kernel` closes it, and the kernels between are
 cuBLASLt's (one, or two with a split-K reduction).
 """
@@ -56,26 +57,48 @@ def ncu_path() -> str | None:
                                        None)
 
 
-def child(manifest_path: Path, keys: list[str]) -> int:
-    """The profiled program: selection and warm-up outside the NVTX range, one launch per implementation inside."""
-    from benchmarks.latency_floor import FloorKernels, compile_floor_library, tiny_candidates
+def choose(keys: list[str]) -> list[dict]:
+    """Per problem, cuBLASLt-autotune's configuration and the fastest tiny kernel with its knobs, chosen by CUDA-graph
+    timing here, before and outside the profiler (timed under ncu, every launch is intercepted and the choice is
+    noise: a first version picked tiny kernels timed at about 50 us each)."""
+    from benchmarks.latency_floor import tiny_candidates
     from cudal2_ops import tables
     from cudal2_ops.tune import disable_pdl
-    from cudal2_testing.kernel_timing import ProblemRun, fastest, kernel_impl
+    from cudal2_testing.kernel_timing import ProblemRun, fastest
+    from cudal2_testing.lt_baseline import AutotunedLt
 
     disable_pdl()
-    floors = FloorKernels(compile_floor_library(torch.cuda.get_device_capability())[0])
-    manifest = []
+    chosen = []
     for key in keys:
         layout, dtype, m, n, k = tables.parse_key(key)
         run = ProblemRun.random(layout, dtype, m, n, k)
-        lt = run.baseline_call("autotune")
-        lt(0)  # selects cuBLASLt-autotune's configuration (many timed launches, not profiled)
+        config = AutotunedLt(layout).select(*run.operands(0), run.out)
         best = (fastest(tiny_candidates(run, layout, dtype), 1) or [None])[0]
-        calls = {"move": lambda: floors.move(run.a, run.b, run.out), "cublaslt": lambda: lt(0)}
-        if best is not None:
+        chosen.append({"key": key, "cublaslt_config": config, "tiny": best})
+    return chosen
+
+
+def child(manifest_path: Path) -> int:
+    """The profiled program: the manifest's choices warmed up outside the NVTX range, one launch each inside it."""
+    from benchmarks.latency_floor import FloorKernels, compile_floor_library
+    from cudal2_ops import tables
+    from cudal2_ops._extension import _C
+    from cudal2_ops.tune import disable_pdl
+    from cudal2_testing.kernel_timing import ProblemRun, kernel_impl
+
+    disable_pdl()
+    floors = FloorKernels(compile_floor_library(torch.cuda.get_device_capability())[0])
+    for entry in json.loads(manifest_path.read_text()):
+        layout, dtype, m, n, k = tables.parse_key(entry["key"])
+        run = ProblemRun.random(layout, dtype, m, n, k)
+        a, b = run.operands(0)
+        calls = {"move": lambda: floors.move(a, b, run.out),
+                 "cublaslt": lambda: _C.testing.cublaslt_run_config(a, b, None, run.out, layout,
+                                                                    entry["cublaslt_config"])}
+        if entry["tiny"] is not None:
+            best = entry["tiny"]
             tiny = kernel_impl(best["kernel"], layout, (best["splits"], best["swizzle"], best["raster"]))
-            calls["tiny"] = lambda: tiny(run.a, run.b, None, run.out)
+            calls["tiny"] = lambda: tiny(a, b, None, run.out)
         for call in calls.values():  # warm: modules loaded, attributes set
             call()
         torch.cuda.synchronize()
@@ -84,8 +107,6 @@ def child(manifest_path: Path, keys: list[str]) -> int:
             call()
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
-        manifest.append({"key": key, "tiny": best, "impls": list(calls)})
-    manifest_path.write_text(json.dumps(manifest))
     return 0
 
 
@@ -165,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks.profile_small needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.child:
-        return child(args.child, keys)
+        return child(args.child)
     if args.out is None:
         parser.error("--out is required")
     ncu = ncu_path()
@@ -176,14 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.latency_floor import compile_floor_library
 
     compile_floor_library(torch.cuda.get_device_capability())  # here, not under the profiler
+    t0 = time.monotonic()
+    manifest = choose(keys)
     manifest_path = args.out.with_suffix(".manifest.json")
+    manifest_path.write_text(json.dumps(manifest))
     cmd = [ncu, "--clock-control", "none", "--cache-control", "none", "--nvtx", "--nvtx-include", f"{RANGE}/",
            *[arg for s in SECTIONS for arg in ("--section", s)], "--csv", "--page", "raw",
-           sys.executable, "-m", "benchmarks.profile_small", "--child", str(manifest_path), "--keys", ",".join(keys)]
-    t0 = time.monotonic()
+           sys.executable, "-m", "benchmarks.profile_small", "--child", str(manifest_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     launches = [launch_summary(r) for r in raw_rows(proc.stdout)]
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else []
     problems = assign(launches, manifest)
     doc = {"environment": dict(env.header(argv), command="python -m benchmarks.profile_small " + " ".join(argv)),
            "ncu": ncu, "ncu_command": cmd, "returncode": proc.returncode, "seconds": round(time.monotonic() - t0, 1),
