@@ -89,3 +89,15 @@ def test_tuned_configs_are_the_ones_the_dispatcher_installs():
     config = [1] * len(tables.LT_CONFIG_FIELDS)
     assert rule.tuned_configs(tables.Table(Path("t.json"), {}, entries)) == {
         ("nt", "fp16", 256, 512): {8: config, 64: config}, ("nn", "fp16", 256, 512): {16: config}}
+
+
+def test_a_partly_tuned_table_enables_no_rule():
+    """Coverage of the grid: every G1000 and LLM problem of the layouts and dtypes checked must have an entry."""
+    grid = set(shapes.g1000()) | set(shapes.llm())
+    entries = {tables.entry_key("nt", "fp16", m, n, k): {"cublaslt": {}} for m, n, k in grid}
+    full = tables.Table(Path("t.json"), {}, entries)
+    assert rule.grid_coverage(full, ["nt"], ["fp16"]) == {"grid_problems": len(grid), "in_table": len(grid),
+                                                           "complete": True}
+    partial = tables.Table(Path("t.json"), {}, dict(list(entries.items())[1:]))
+    assert not rule.grid_coverage(partial, ["nt"], ["fp16"])["complete"]
+    assert not rule.grid_coverage(full, ["nt", "nn"], ["fp16"])["complete"]
