@@ -7,6 +7,7 @@ once per shape and serve both layouts, so every layout gets its -max aggregate.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -83,6 +84,9 @@ def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_nam
                   unavailable: dict[str, str], settings: runner.Settings, n_shapes: int) -> dict:
     """The results document to fill: the existing one on --resume, else a new one with a measured roofline."""
     head = env.header(argv)
+    unmet = results.table_request_unmet(head, os.environ.get("CUDAL2_TABLE"))
+    if unmet:
+        raise SystemExit(f"benchmarks.grid: {unmet}; nothing measured")
     if args.resume and out.exists():
         doc = results.load(out)
         conflicts = results.resume_conflicts(doc["header"], head)

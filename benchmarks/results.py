@@ -45,6 +45,19 @@ def resume_conflicts(recorded: dict, current: dict) -> list[str]:
             if recorded.get(field) != current.get(field)]
 
 
+def table_request_unmet(header: dict, requested: str | None) -> str | None:
+    """Why the header's dispatcher table is not the one CUDAL2_TABLE (`requested`) asked for, or None when it is (or
+    none was asked for): a run told to measure a table must not measure cuBLASLt's heuristic instead."""
+    if not requested:
+        return None
+    table = header.get("table")
+    if table is None:
+        return f"CUDAL2_TABLE={requested} but the dispatcher loaded no table (missing, unreadable or for another GPU)"
+    if Path(table["path"]).resolve() != Path(requested).resolve():
+        return f"CUDAL2_TABLE={requested} but the dispatcher loaded {table['path']}"
+    return None
+
+
 def new_document(header: dict, protocol: dict) -> dict:
     """An empty results document."""
     return {"schema": SCHEMA, "header": header, "protocol": protocol, "rows": []}

@@ -103,3 +103,14 @@ def test_a_results_file_is_continued_only_in_the_setting_it_was_measured_in():
 def test_kernel_after_is_a_mode():
     args = grid.parse_args(["--modes", "kernel,kernel_after"])
     assert args.modes == ["kernel", "kernel_after"] and "kernel_after" in runner.GRAPH_MODES
+
+
+def test_a_run_told_to_measure_a_table_refuses_to_measure_without_it(tmp_path):
+    """CUDAL2_TABLE names the table to measure; a run whose dispatcher did not load it (missing file, another GPU's)
+    would measure cuBLASLt's heuristic under the table's name."""
+    table = tmp_path / "t.json"
+    loaded = {"table": {"path": str(table), "entries": 1, "entries_sha256": "x", "tuned_overlay": None}}
+    assert results.table_request_unmet(loaded, str(table)) is None
+    assert results.table_request_unmet({"table": None}, None) is None
+    assert "loaded no table" in results.table_request_unmet({"table": None}, str(table))
+    assert "loaded" in results.table_request_unmet(loaded, str(tmp_path / "other.json"))
