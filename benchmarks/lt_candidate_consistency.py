@@ -88,6 +88,7 @@ def picks(problem, run) -> dict:
     entry = tune.tune_problem(problem, [], tune.DEFAULT_MARGIN)
     tuner_pick = [entry["cublaslt"][f] for f in tables.LT_CONFIG_FIELDS] if entry else None
     baseline_pick = lt_baseline.AutotunedLt(problem.layout).select(run.a, run.b, run.out)
+    entry = entry or {}  # no runnable cuBLASLt configuration: the tuner has no pick
     out = {"tuner_pick": tuner_pick, "tuner_pick_us_by_tuner": entry.get("cublaslt_us"),
            "tuner_heuristic_us": entry.get("cublaslt_heuristic_us"), "baseline_pick": list(baseline_pick)}
     for name, config in (("tuner_pick", tuner_pick), ("baseline_pick", baseline_pick)):

@@ -1,13 +1,10 @@
 """Table selection from measurements: only correct kernels that beat the baseline by the margin, under a budget."""
-import gzip
 import json
-from pathlib import Path
 
 import pytest
 
 from cudal2_ops import tables
-from search import emit, sanitize_gate, table_select
-from search.store import Store
+from search import emit, table_select, table_sources
 
 ENV = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "capability": [9, 0], "cuda": "13.0"}
 
@@ -75,15 +72,6 @@ def test_sweeps_of_different_gpus_do_not_merge():
                                    {"run_id": "y", "environment": other, "protocol": "p", "rows": []}])
 
 
-# Tables whose entries were then re-measured by scripts/tune_grid.py: the results files holding those entries, in the
-# order the runs were merged (a later run's entry replaces an earlier one for the same problem).
-TUNED = {"nvidia_h100_80gb_hbm3": ["tune_grid_g1000_fp16_2026-11-25.json.gz", "tune_grid_g1000_bf16_2026-11-25.json.gz",
-                                   "tune_grid_llm_2026-11-25.json.gz", "tune_grid_all_2026-11-25_retuned.json.gz",
-                                   "tune_grid_below2e30_2026-11-25_b1c4805.json.gz"],
-         "nvidia_h200": ["tune_grid_below2e30_2026-11-26_87757c0.json.gz", "tune_grid_above2e30_fp16_2026-11-26_bcae5f1.json.gz",
-                         "tune_grid_above2e30_bf16_2026-11-26_bcae5f1.json.gz"]}
-
-
 def test_emit_merge_keeps_what_the_measurements_do_not_contradict():
     """Against an older table of the same GPU: a new winner replaces its entry; an older kernel entry measured again
     (same kernel and knobs) without winning goes; cuBLASLt-configuration entries and unmeasured problems stay."""
@@ -103,37 +91,19 @@ def test_emit_merge_keeps_what_the_measurements_do_not_contradict():
     assert merged["header"]["rules"] == {"nearest_m_up": False, "nearest_m_cublaslt": "unaligned_m"}
 
 
-def test_committed_tables_are_reproduced_from_their_results(tmp_path):
-    """Each committed sm90 table is exactly what the tools build from the committed results its header names: the
-    sweeps through table_select, then (H200) the search store through `search emit`, merged, then (H100) the tunings,
-    through the sanitizer gate against the committed sanitizer reports. No entry is hand-edited."""
-    root = Path(__file__).resolve().parent.parent
-    results = root / "benchmarks" / "results"
-    h200, h100 = results / "nvidia_h200", results / "nvidia_h100_80gb_hbm3"
-    sweeps = {"nvidia_h200": [h200 / "sweep_2026-11-23_cc51879.json", h200 / "sweep_small_m_2026-11-23_be3d17d.json.gz",
-                              h200 / "sweep_small_m_cold_2026-11-23_15a943c.json.gz"],
-              "nvidia_h100_80gb_hbm3": [h100 / "sweep_2026-11-25_a3fd6a0.json.gz"]}
-    for slug, files in sweeps.items():
-        out = tmp_path / slug
-        assert table_select.main([*map(str, files), "--root", str(out)]) == 0
-        built_path = out / "sm90" / f"{slug}.json"
-        swept = json.loads(built_path.read_text())
-        assert swept["header"]["search_run"] == "+".join(table_select.read_sweep(p)["run_id"] for p in files)
-        if slug == "nvidia_h200":
-            store_path = tmp_path / "store.sqlite"
-            store_path.write_bytes(gzip.decompress((h200 / "search_store_2026-11-25_4a7bcf5.sqlite.gz").read_bytes()))
-            store = Store(store_path)
-            try:
-                emit.emit(store, out)
-            finally:
-                store.close()
-            assert json.loads(built_path.read_text())["header"]["kept_from"]["search_run"] == \
-                swept["header"]["search_run"]
-        committed = json.loads((root / "kernels" / "sm90" / f"{slug}.json").read_text())
-        built = json.loads(built_path.read_text())
-        for tuned in TUNED.get(slug, []):  # then scripts/tune_grid.py measured choices over that table (its results)
-            tune_results = json.loads(gzip.decompress((results / slug / tuned).read_bytes()))
+def test_committed_tables_are_reproduced_from_their_results():
+    """Each committed sm90 table is exactly what the tools build from the committed results search.table_sources
+    names: the sweeps through table_select, then (H200) the search store through `search emit`, merged, then the
+    tunings, through the sanitizer gate against the committed sanitizer reports. No entry is hand-edited."""
+    for slug, sources in table_sources.SOURCES.items():
+        committed = json.loads(table_sources.table_file(slug).read_text())
+        built = table_sources.rebuild(slug, committed["header"])
+        folder = table_sources.RESULTS / slug
+        assert built.swept["header"]["search_run"] == "+".join(table_select.read_sweep(folder / name)["run_id"]
+                                                               for name in sources.sweeps)
+        if sources.store:
+            assert built.emitted["header"]["kept_from"]["search_run"] == built.swept["header"]["search_run"]
+        for tuning in built.tunings:  # then scripts/tune_grid.py measured choices over that table (its results)
             assert committed["header"]["search_run"] == f"tune-{committed['header']['tuned']}"
-            assert tune_results["environment"]["gpu"] == committed["header"]["gpu_name"]
-            built = {"header": committed["header"], "entries": {**built["entries"], **tune_results["entries"]}}
-        assert sanitize_gate.gate(built) == committed, slug  # every writer's last step: the sanitizer gate
+            assert tuning["environment"]["gpu"] == committed["header"]["gpu_name"]
+        assert built.table == committed, slug  # every writer's last step: the sanitizer gate

@@ -1,0 +1,117 @@
+"""Where each committed per-GPU table comes from, and its rebuild from those committed results: the sweeps through
+`search.table_select`, then the search store through `search emit` (merged over the swept table), then the
+`scripts/tune_grid.py` results in the order they were merged (a later run's entry replaces an earlier one), then the
+sanitizer gate against the committed sanitizer reports. No entry is hand-edited: a test holds every committed table
+equal to its rebuild, and after a new sanitizer report (or a new tuning listed here) the rebuild is how a table
+changes:
+
+    python -m search.table_sources nvidia_h100_80gb_hbm3 nvidia_h200     # rewrites kernels/sm90/<slug>.json
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+from search import emit, sanitize_gate, table_select
+from search.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+class Sources(NamedTuple):
+    """A table's committed results, under benchmarks/results/<slug>/: sweeps (later ones win per problem), a search
+    store (gzip SQLite) or None, tunings in merge order."""
+
+    sweeps: tuple[str, ...]
+    store: str | None
+    tunings: tuple[str, ...]
+
+
+SOURCES = {
+    "nvidia_h200": Sources(
+        sweeps=("sweep_2026-11-23_cc51879.json", "sweep_small_m_2026-11-23_be3d17d.json.gz",
+                "sweep_small_m_cold_2026-11-23_15a943c.json.gz"),
+        store="search_store_2026-11-25_4a7bcf5.sqlite.gz",
+        tunings=("tune_grid_below2e30_2026-11-26_87757c0.json.gz", "tune_grid_above2e30_fp16_2026-11-26_bcae5f1.json.gz",
+                 "tune_grid_above2e30_bf16_2026-11-26_bcae5f1.json.gz")),
+    "nvidia_h100_80gb_hbm3": Sources(
+        sweeps=("sweep_2026-11-25_a3fd6a0.json.gz",),
+        store=None,
+        tunings=("tune_grid_g1000_fp16_2026-11-25.json.gz", "tune_grid_g1000_bf16_2026-11-25.json.gz",
+                 "tune_grid_llm_2026-11-25.json.gz", "tune_grid_all_2026-11-25_retuned.json.gz",
+                 "tune_grid_below2e30_2026-11-25_b1c4805.json.gz")),
+}
+
+
+class Rebuild(NamedTuple):
+    """Each stage's table of a rebuild (`emitted` None without a store; `tuned` the input of the gate) and its result."""
+
+    swept: dict
+    emitted: dict | None
+    tunings: list[dict]
+    tuned: dict
+    table: dict
+
+
+def rebuild(slug: str, committed_header: dict, results: Path = RESULTS) -> Rebuild:
+    """The table of GPU `slug` rebuilt from its Sources. The tunings' table keeps `committed_header` (a tuning's
+    results file holds its entries and environment, the table header the tuner wrote is the committed one), less the
+    gate's own `withheld_unsanitized`, which the gate derives again."""
+    sources, folder = SOURCES[slug], results / slug
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        if table_select.main([*(str(folder / name) for name in sources.sweeps), "--root", str(root)]) != 0:
+            raise RuntimeError(f"{slug}: table_select failed on {sources.sweeps}")
+        path = root / "sm90" / f"{slug}.json"
+        swept = json.loads(path.read_text())
+        emitted = None
+        if sources.store:
+            store_path = root / "store.sqlite"
+            store_path.write_bytes(gzip.decompress((folder / sources.store).read_bytes()))
+            store = Store(store_path)
+            try:
+                emit.emit(store, root)
+            finally:
+                store.close()
+            emitted = json.loads(path.read_text())
+        built = emitted or swept
+    tunings = [json.loads(gzip.decompress((folder / name).read_bytes())) for name in sources.tunings]
+    header = {k: v for k, v in committed_header.items() if k != "withheld_unsanitized"}
+    entries = dict(built["entries"])
+    for tuning in tunings:
+        entries.update(tuning["entries"])
+    tuned = {"header": header if tunings else built["header"], "entries": entries}
+    return Rebuild(swept, emitted, tunings, tuned, sanitize_gate.gate(tuned))
+
+
+def table_file(slug: str) -> Path:
+    """The committed table of GPU `slug`."""
+    return REPO / "kernels" / "sm90" / f"{slug}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m search.table_sources", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("slugs", nargs="*", default=sorted(SOURCES), help=f"GPUs to rebuild (default: {sorted(SOURCES)})")
+    args = parser.parse_args(argv)
+    for slug in args.slugs:
+        if slug not in SOURCES:
+            print(f"no sources recorded for {slug!r}; known: {sorted(SOURCES)}", file=sys.stderr)
+            return 2
+        path = table_file(slug)
+        table = rebuild(slug, json.loads(path.read_text())["header"]).table
+        path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        kernels = sum("kernel" in e for e in table["entries"].values())
+        print(f"{path}: {len(table['entries'])} entries, {kernels} naming a kernel, withheld "
+              f"{table['header'].get('withheld_unsanitized', 'none')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
