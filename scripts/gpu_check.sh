@@ -37,6 +37,9 @@
 # floors (python -m benchmarks.latency_floor: an empty kernel and a read-A-and-B-write-C kernel beside
 # cuBLASLt-autotune and the best tiny kernel on the G1000 problems up to 2^26, PDL off, into OUT_DIR/latency_floor.json,
 # smallest first within $FLOORS_BUDGET_S, default 360),
+# budget-hw (python -m studies.budget_hardware: sweep, random, rl and rl warm-started from the other GPU model's sweeps
+# at 16 evaluations per problem on a G1000 sample100 and the LLM decode shapes, judged live on every visible GPU,
+# continued in the next call from KEEP_DIR's stores; $BUDGET_HW_MINUTES, $BUDGET_HW_ARGS),
 # judge-bench (python -m search.judge_bench: the judge's evaluations per minute and its verdicts on the kernels an
 # earlier judge flagged wrongly, then the judge's GPU tests).
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary. KEEP_DIR (e.g.
@@ -151,6 +154,16 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
             stage search_report "$PY" -m search report --store "$store" --out "$OUT_DIR/search_report" &&
               sed -n '/^## Throughput/,/^## Policies/p' "$OUT_DIR/search_report/report.md" | grep '^|' |
               tee -a "$SUMMARY" ;;
+    budget-hw) # studies.budget_hardware on every visible GPU (CUDA_VISIBLE_DEVICES), its stores kept in KEEP_DIR so
+               # that the next call goes on; no round starts after BUDGET_HW_MINUTES (7); BUDGET_HW_ARGS adds options
+               local stores=${KEEP_DIR:-$OUT_DIR}/budget_hw minutes=${BUDGET_HW_MINUTES:-7}
+               read -r -a more <<<"${BUDGET_HW_ARGS:-}"
+               STAGE_TIMEOUT=$((minutes * 60 + 180)) stage budget_hw "$PY" -m studies.budget_hardware \
+                 --artifacts build/search --store-dir "$stores" --minutes "$minutes" --out "$OUT_DIR/budget_hardware.json" \
+                 --warm-from benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \
+                   benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz \
+                   benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json "${more[@]}"
+               mkdir -p "$OUT_DIR/budget_hw" && cp "$stores"/*.sqlite "$OUT_DIR/budget_hw/" 2>/dev/null ;;
     search-emit) stage search_emit "$PY" -m search emit --store "$OUT_DIR/search.sqlite" &&
                  cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" && stage rebuild ./scripts/install.sh ;;
     e2e-trace) stage e2e_trace "$PY" -m benchmarks.e2e_trace --out "$OUT_DIR" ;;
@@ -189,7 +202,8 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
             --llm-max-m 0 --out "$OUT_DIR/sweep_tiny.json" --budget-s "${SWEEP_BUDGET_S:-120}" ;;
     floors) CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage floors "$PY" -m benchmarks.latency_floor \
               --out "$OUT_DIR/latency_floor.json" --budget-s "${FLOORS_BUDGET_S:-360}" ;;
-    judge-bench) stage judge_bench "$PY" -m search.judge_bench --json "$OUT_DIR/judge_bench.json"
+    judge-bench) stage judge_bench "$PY" -m search.judge_bench --json "$OUT_DIR/judge_bench.json" \
+                   --profile "$OUT_DIR/judge_profile.txt"
                  stage judge_tests "$PY" -m pytest -q -m gpu tests/gpu/test_search_judge_recheck_gpu.py \
                    tests/gpu/test_search_cheats_gpu.py tests/gpu/test_search_evaluator_gpu.py \
                    tests/gpu/test_search_throughput_gpu.py --no-header -rfE ;;

@@ -5,9 +5,10 @@ candidate runner of that problem starts. Those times depend only on the problem,
 so the judge times them once: every evaluation of a problem uses the same per-problem case seeds (`case_seeds`), and
 the times are kept as a document {"fingerprint", "problem", "calls", "seeds", "us", "wall_us"} in the judge process,
 in the evaluator pool (which hands it to a restarted judge) and in the store (`baselines` table, so that a resumed
-run, on another machine or day, reuses it). A document is used only where its fingerprint, the GPU, driver, CUDA,
-cuBLAS(Lt), torch and PDL setting it was timed under plus the timing protocol, equals the judge's own: anything
-else (another GPU, a new cuBLASLt) times the baseline again.
+run reuses it). A document is used only where its fingerprint, the physical GPU (its UUID: two cards of one model
+differ by a few percent, and a candidate's speedup must not mix them), driver, CUDA, cuBLAS(Lt), torch and PDL setting
+it was timed under plus the timing protocol, equals the judge's own: anything else (another card, a new cuBLASLt)
+times the baseline again.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import json
 import zlib
 from typing import Any
 
-FINGERPRINT_KEYS = ("gpu_name", "sm_count", "capability", "driver", "cuda", "cublas", "torch", "pdl_disabled")
+FINGERPRINT_KEYS = ("gpu_name", "gpu_uuid", "sm_count", "capability", "driver", "cuda", "cublas", "torch",
+                    "pdl_disabled")
 
 
 def fingerprint(environment: dict[str, Any], protocol: str) -> str:

@@ -146,6 +146,7 @@ class GpuEvaluator:
         self.environment["peak_tflops"] = self.peak_tflops
         self.environment["evaluation"] = PROTOCOL
         self.environment["cublas"] = measure_env.cublas_version()
+        self.environment["gpu_uuid"] = str(torch.cuda.get_device_properties(0).uuid)   # (the baseline's card)
         self.fingerprint = baseline_cache.fingerprint(self.environment, PROTOCOL)
         self.environment["baseline_fingerprint"] = self.fingerprint
 

@@ -7,13 +7,21 @@ rounds: baselines and binary checks reused). Prints the judge's start-up time, e
 the verdicts by status, and the verdict, time and compute floor of each re-checked (kernel, knobs, problem) that an
 earlier judge called SUSPICIOUS (an honest library kernel below the compute floor, or a wall clock over the bound).
 
-    CUDA_VISIBLE_DEVICES=0 python -m search.judge_bench [--per-problem 6] [--json out.json]
+    CUDA_VISIBLE_DEVICES=0 python -m search.judge_bench [--per-problem 6] [--json out.json] [--profile out.txt]
+
+`--profile` then judges the same work once more in this process (the judge's code, `GpuEvaluator`, with candidates
+still run by their own runner processes) under cProfile, and writes where the judge's time goes: the seconds spent
+in each of its phases (baseline, correctness checks, capture, timed replays, eager wall clock, runner start-up) and
+the 40 functions with the most cumulative time.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
+import io
 import json
+import pstats
 import time
 from pathlib import Path
 
@@ -59,6 +67,42 @@ def recheck_requests(arch: int, kernels: dict[str, Path]) -> list[tuple[Candidat
     return out
 
 
+# The judge's phases (search.eval_worker.GpuEvaluator and the runner client), as cProfile names their functions.
+PHASES = {"baseline (once per problem)": "_baselines", "correctness checks": "_correctness",
+          "graph capture": "_capture", "timed replays and their output checks": "_time_case",
+          "eager wall clock (inside the replays' case)": "_eager_wall_us", "runner round trips": "_round_trip_s",
+          "runner start or kernel load": "_runner", "case inputs and references": "fill"}
+
+
+def profile_judge(work: list, cases: int) -> str:
+    """The judge's phases and its 40 costliest functions (cumulative) over two passes of `work` in this process."""
+    from search.eval_worker import GpuEvaluator  # noqa: PLC0415 (imports torch and the extension)
+    judge = GpuEvaluator()
+    by_problem: dict[str, dict] = {}
+    for cand, problem, artifact in work:
+        request = by_problem.setdefault(problem.key, {"problem": problem.__dict__, "candidates": [], "cases": cases,
+                                                      "timeout_s": 300.0, "baseline": None})
+        request["candidates"].append({"candidate": cand.to_json(), "artifact": artifact})
+    profiler = cProfile.Profile()
+    start = time.monotonic()
+    profiler.enable()
+    for _ in range(2):   # cold (baselines timed) then warm (baseline documents reused)
+        for request in by_problem.values():
+            for result in judge.judge(request):
+                request["baseline"] = result.baseline_cases
+    profiler.disable()
+    wall = time.monotonic() - start
+    stats = pstats.Stats(profiler)
+    lines = [f"{2 * len(work)} evaluations in {wall:.1f} s in-process ({120 * len(work) / wall:.0f} per minute)", "",
+             "phase: cumulative seconds (share of the wall time)"]
+    for label, name in PHASES.items():
+        seconds = sum(v[3] for k, v in stats.stats.items() if k[2] == name and ("search" in k[0] or "cudal2" in k[0]))
+        lines.append(f"  {label}: {seconds:.2f} s ({100 * seconds / wall:.0f}%)")
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+    return "\n".join(lines) + "\n\n" + text.getvalue()
+
+
 def timed_pass(pool: EvaluatorPool, work: list) -> tuple[float, list]:
     start = time.monotonic()
     results = pool.evaluate(work)
@@ -69,6 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m search.judge_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--per-problem", type=int, default=6, help="installed kernels per problem (default 6)")
     parser.add_argument("--json", type=Path, help="also write the figures and verdicts here")
+    parser.add_argument("--profile", type=Path, help="also profile the judge in this process; the phases go here")
     args = parser.parse_args()
     import torch  # noqa: PLC0415 (only for the device's capability)
     major, minor = torch.cuda.get_device_capability()
@@ -114,6 +159,9 @@ def main() -> None:
         print(f"  not ok: {r.status} {r.reason[:300]}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+    if args.profile:
+        args.profile.write_text(profile_judge(work, cases=3))
+        print(args.profile.read_text().split("\n\n")[1])
 
 
 if __name__ == "__main__":

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
 
 from cudal2_testing.measure import shapes
 from cudal2_testing.measure.summary import geomean, markdown_table
+from studies.budget_curves import plot, reach_rows, summary_rows, target_table
 from search import warm_start
 from search.backends.replay import ReplayBackend
 from search.candidate import Problem
@@ -93,12 +92,6 @@ def replay_run(backend: ReplayBackend, problems: list[Problem], policy: str, see
     return curve(store, search.run_id, problems, per_problem)
 
 
-def evals_to_reach(target: float, values: list[float], start: int = RunArgs.per_round) -> int | None:
-    """The first budget b >= `start` (values[b - 1]) that reaches `target` (None if none does). Below one round's
-    proposals per problem (`start`) only part of the problems have been evaluated at all."""
-    return next((b for b in range(start, len(values) + 1) if values[b - 1] >= target - 1e-12), None)
-
-
 def check_leave_one_gpu_out(scored: dict, warm_paths: list[Path], scored_path: Path) -> None:
     """UserError when a warm-start file is the scored file or was measured on the scored GPU."""
     for path in warm_paths:
@@ -127,81 +120,6 @@ def study(backend: ReplayBackend, warm_other_gpu: list[warm_start.Measurement], 
                 log(f"seed {seed} {name} ({len(problems)} problems) {proposer}: {values[-1]:.4f} "
                     f"({time.monotonic() - began:.0f} s)")
     return curves
-
-
-def summary_rows(curves: dict, budgets: list[int]) -> list[list[str]]:
-    """Markdown rows: set, proposer, mean geomean (per seed) at each budget."""
-    rows = []
-    for name, by_proposer in curves.items():
-        for proposer, per_seed in by_proposer.items():
-            rows.append([name, proposer] + [
-                f"{statistics.mean(c[b - 1] for c in per_seed):.4f} "
-                f"({', '.join(f'{c[b - 1]:.4f}' for c in per_seed)})" for b in budgets])
-    return rows
-
-
-def reach_rows(curves: dict, budgets: list[int], target: str = "random") -> list[list[str]]:
-    """Markdown rows: per set and rl variant, the evaluations per problem its mean curve (over seeds) needs to reach
-    `target`'s mean geomean at each budget b (from one round, `evals_to_reach`)."""
-    rows = []
-    for name, by_proposer in curves.items():
-        mean = {p: [statistics.mean(v) for v in zip(*per_seed)] for p, per_seed in by_proposer.items()}
-        final = len(mean[target])
-        for proposer in (p for p in PROPOSERS if p.startswith("rl")):
-            reached = [evals_to_reach(mean[target][b - 1], mean[proposer]) for b in budgets]
-            rows.append([name, proposer] + [str(r) if r else f"> {final}" for r in reached])
-    return rows
-
-
-def target_rows(curves: dict, near: float = 0.99, share: float = 1 / 3) -> list[list[str]]:
-    """Markdown rows of the issue's target: per set and rl variant, random search's final geomean (mean curve over
-    seeds, at the largest budget N), the evaluations per problem the variant's mean curve needs to reach it and
-    whether that is within `share` of N, then the evaluations it and random need to reach `near` of it."""
-    rows = []
-    for name, by_proposer in curves.items():
-        mean = {p: [statistics.mean(v) for v in zip(*per_seed)] for p, per_seed in by_proposer.items()}
-        final = len(mean["random"])
-        goal = mean["random"][-1]
-        random_near = evals_to_reach(near * goal, mean["random"])
-        for proposer in (p for p in PROPOSERS if p.startswith("rl")):
-            reached = evals_to_reach(goal, mean[proposer])
-            met = reached is not None and reached <= final * share
-            rows.append([name, proposer, f"{goal:.4f}", f"{reached} of {final}" if reached else f"> {final}",
-                         f"{'yes' if met else 'no'} (<= {math.floor(final * share)})",
-                         str(evals_to_reach(near * goal, mean[proposer]) or f"> {final}"),
-                         str(random_near or f"> {final}")])
-    return rows
-
-
-def target_table(curves: dict) -> list[str]:
-    """The Markdown lines of `target_rows`' table."""
-    final = len(next(iter(curves.values()))["random"][0])
-    return markdown_table(["set", "policy", f"random at {final}", "policy reaches it at", "within a third",
-                           "policy to 99%", "random to 99%"], target_rows(curves))
-
-
-def plot(curves: dict, path: Path, title: str) -> None:
-    """One panel per problem set: mean curve over seeds of each proposer from one round on, min-max band."""
-    import matplotlib  # noqa: PLC0415 (only for the figure)
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.5), squeeze=False)
-    for ax, (name, by_proposer) in zip(axes[0], curves.items()):
-        first = RunArgs.per_round   # below one round only part of the problems were evaluated
-        for proposer, per_seed in by_proposer.items():
-            xs = range(first, len(per_seed[0]) + 1)
-            values = list(zip(*per_seed))[first - 1:]
-            ax.plot(xs, [statistics.mean(v) for v in values], label=proposer)
-            ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
-        ax.set_title(name)
-        ax.set_xlabel("evaluations per problem")
-        ax.set_ylabel("geomean best speedup vs cuBLASLt-autotune")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

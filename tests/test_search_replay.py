@@ -13,7 +13,7 @@ from search.errors import UserError
 from search.loop import RunArgs, Search
 from search.store import Store
 from search.table_select import read_sweep
-from studies import budget_replay
+from studies import budget_curves, budget_replay
 
 REPO = Path(__file__).resolve().parent.parent
 H100_SWEEP = REPO / "benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz"
@@ -76,8 +76,9 @@ def test_a_shorter_budget_is_the_prefix_of_a_longer_run(small_sweep):
 
 
 def test_evals_to_reach_starts_at_one_round():
-    assert budget_replay.evals_to_reach(0.9, [0.95, 0.5, 0.5, 0.8, 0.9, 1.0]) == 5
-    assert budget_replay.evals_to_reach(1.1, [0.95, 1.0, 1.0, 1.0]) is None
+    assert budget_curves.evals_to_reach(0.9, [0.95, 0.5, 0.5, 0.8, 0.9, 1.0]) == 5
+    assert budget_curves.evals_to_reach(1.1, [0.95, 1.0, 1.0, 1.0]) is None
+    assert budget_curves.evals_to_reach(0.9, [0.95, 0.5], start=1) == 1
 
 
 def test_warm_start_from_the_scored_gpu_is_refused(small_sweep):
@@ -96,8 +97,8 @@ def test_target_rows_judge_a_third_of_randoms_evaluations_and_99_percent():
                         "rl": [[min(0.995, 0.5 + b / 40) for b in range(1, 33)]] * 2,
                         "rl+warm (other GPU)": [[0.9 if b < 9 else 1.0 for b in range(1, 33)]] * 2,
                         "rl+warm (other problems)": [[0.99 if b < 12 else 1.0 for b in range(1, 33)]] * 2}}
-    rows = {r[1]: r for r in budget_replay.target_rows(curves)}
+    rows = {r[1]: r for r in budget_curves.target_rows(curves)}
     assert rows["rl+warm (other GPU)"][2:6] == ["1.0000", "9 of 32", "yes (<= 10)", "9"]
     assert rows["rl+warm (other problems)"][3:6] == ["12 of 32", "no (<= 10)", "4"]
     assert rows["rl"][3:6] == ["> 32", "no (<= 10)", "20"]
-    assert rows["rl"][6] == str(budget_replay.evals_to_reach(0.99, ramp)) == "32"
+    assert rows["rl"][6] == str(budget_curves.evals_to_reach(0.99, ramp)) == "32"

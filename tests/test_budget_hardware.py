@@ -1,0 +1,145 @@
+"""The live equal-budget study (studies.budget_hardware) and its common-measurement backend (search.backends.memo),
+on the simulated judge."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from search.backends.memo import MemoBackend
+from search.candidate import OK, Candidate, EvalResult, Problem
+from search.loop import RunArgs, Search
+from search.store import Store
+from studies import budget_hardware
+
+REPO = Path(__file__).resolve().parent.parent
+H100_SWEEP = REPO / "benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz"
+H200_SWEEP = REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json"
+
+
+class CountingJudge:
+    """A judge that answers OK with a time that grows with every call, and counts its requests."""
+
+    def __init__(self):
+        self.judged: list[tuple[str, str]] = []
+
+    def evaluate_iter(self, requests):
+        for i, (cand, problem) in enumerate(requests):
+            self.judged.append((cand.id, problem.key))
+            yield i, EvalResult(OK, us=10.0 + len(self.judged), baseline_us=12.0, eval_s=0.5)
+
+    def close(self):
+        pass
+
+
+def test_memo_judges_each_pair_once_and_serves_its_verdict_again():
+    inner = CountingJudge()
+    memo = MemoBackend(inner)
+    p, q = Problem("nt", "fp16", 64, 64, 64), Problem("nt", "fp16", 128, 64, 64)
+    a, b = Candidate(config="k1"), Candidate(config="k2")
+    first = memo.evaluate([(a, p), (b, p), (a, p), (a, q)])
+    assert inner.judged == [(a.id, p.key), (b.id, p.key), (a.id, q.key)]
+    assert first[2].us == first[0].us and first[2].eval_s == 0.0 and first[0].eval_s == 0.5
+    again = memo.evaluate([(b, p)])
+    assert len(inner.judged) == 3 and again[0].us == first[1].us and again[0].eval_s == 0.0
+    assert memo.reused == 2
+    memo.close()   # (the inner backend's)
+
+
+def test_memo_serves_what_a_store_recorded():
+    store = Store(":memory:")
+    problems = [Problem("nt", "fp16", 64, 64, 64), Problem("nt", "fp16", 256, 128, 64)]
+    from search.simulate import SimulatedBackend
+    search = Search.start(store, SimulatedBackend(seed=0), RunArgs(policy="random", budget_evals=8, max_builds=0),
+                          problems)
+    search.run()
+    rows = store.evaluations(search.run_id)
+    memo = MemoBackend(CountingJudge())
+    memo.remember(rows)
+    requests = [(store.candidate(r["candidate_id"]), next(p for p in problems if p.key == r["problem_key"]))
+                for r in rows]
+    verdicts = memo.evaluate(requests)
+    assert memo.inner.judged == [] and [v.status for v in verdicts] == [r["status"] for r in rows]
+    assert [v.us for v in verdicts] == [r["us"] for r in rows]
+
+
+def study_args(tmp_path: Path, minutes: float, store: str = "stores") -> list[str]:
+    return ["--backend", "sim", "--store-dir", str(tmp_path / store), "--out", str(tmp_path / f"{store}.json"),
+            "--shapes", "6", "--per-problem", "5", "--sets", "g1000", "--minutes", str(minutes),
+            "--warm-from", str(H100_SWEEP), str(H200_SWEEP)]
+
+
+def test_the_study_compares_every_proposer_at_equal_budget(tmp_path):
+    assert budget_hardware.main(study_args(tmp_path, 5)) == 0
+    doc = json.loads((tmp_path / "stores.json").read_text())
+    assert set(doc["curves"]["g1000"]) == set(budget_hardware.PROPOSERS)
+    for record in doc["runs"].values():
+        assert record["evaluations"] == record["budget"] == 30 and record["complete"]
+        assert record["judged"] <= record["evaluations"]
+    for per_seed in doc["curves"]["g1000"].values():
+        curve = per_seed[0]
+        assert len(curve) == 5 and all(x <= y + 1e-12 for x, y in zip(curve, curve[1:]))
+    # the simulated GPU is neither sweep's: both warm-start rl+warm
+    assert len(doc["warm_from"]) == 2 and doc["warm_left_out"] == []
+    low, high = doc["bootstrap"]["g1000"]["band"]["random"]
+    assert all(lo <= c <= hi for lo, c, hi in zip(low, doc["curves"]["g1000"]["random"][0], high))
+    page = (tmp_path / "stores.md").read_text()
+    assert "within a third" in page and (tmp_path / "stores.png").exists()
+
+
+class KilledAfter:
+    """The simulated judge, whose process is killed (an exception) after `count` verdicts."""
+
+    def __init__(self, count: int):
+        from search.simulate import SimulatedBackend
+        self.inner, self.left = SimulatedBackend(seed=0), count
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def evaluate_iter(self, requests):
+        for item in self.inner.evaluate_iter(requests):
+            if self.left == 0:
+                raise KeyboardInterrupt("killed by the call's time limit")
+            self.left -= 1
+            yield item
+
+
+def test_a_study_killed_mid_run_goes_on_where_it_stopped(tmp_path):
+    problems = budget_hardware.problem_sets(6, 0, 64, ["g1000"])["g1000"]
+    path = budget_hardware.store_path(tmp_path / "cut", "g1000", "rl", 0)
+    path.parent.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        budget_hardware.run_one(MemoBackend(KilledAfter(9)), path, problems, "rl", 0, 5, [], 5, 90, "sim")
+    store = Store(path, readonly=True)
+    assert 0 < store.evaluation_count(store.runs()[0]["id"]) < 30
+    store.close()
+    budget_hardware.main(study_args(tmp_path, 5, "cut"))
+    budget_hardware.main(study_args(tmp_path, 5, "whole"))
+    cut, whole = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("cut", "whole"))
+    assert cut["runs"]["g1000/rl/0"]["complete"] and cut["curves"] == whole["curves"]
+
+
+def test_a_study_out_of_time_starts_no_run_and_reports_none(tmp_path):
+    budget_hardware.main(study_args(tmp_path, 0, "none"))
+    doc = json.loads((tmp_path / "none.json").read_text())
+    assert doc["runs"] == {} and doc["curves"] == {}
+    assert "No set has all its runs complete yet." in (tmp_path / "none.md").read_text()
+
+
+def test_warm_start_leaves_out_the_measured_gpus_own_sweeps():
+    used, left = budget_hardware.other_gpu_sweeps([H100_SWEEP, H200_SWEEP], "NVIDIA H200")
+    assert used == [H100_SWEEP] and left == [H200_SWEEP]
+
+
+def test_bootstrap_of_a_policy_equal_to_random_gives_ratio_one():
+    by_problem = {f"p{i}": [0.5 + 0.1 * i, 0.6 + 0.1 * i, 0.9 + 0.05 * i] for i in range(5)}
+    boot = budget_hardware.bootstrap({"random": by_problem, "rl": by_problem}, reps=200)
+    assert boot["vs_random"]["rl"]["ratio"] == [1.0, 1.0]
+    assert boot["vs_random"]["rl"]["reach"] == [3, 3] and boot["vs_random"]["rl"]["within_third"] == 0.0
+
+
+def test_unknown_proposers_are_refused():
+    with pytest.raises(SystemExit):
+        budget_hardware.parse(["--out", "x.json", "--store-dir", "d", "--proposers", "genetic"])
