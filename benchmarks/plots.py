@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
+from cudal2_testing.measure.figures import save_png  # noqa: E402
 from benchmarks.stats import BASELINES, Comparison, roofline_floor_us, shape_of  # noqa: E402
 from cudal2_testing.measure.shapes import BUCKET_EDGES, BUCKET_LABELS, bucket_of, log2_mnk  # noqa: E402
 
@@ -56,7 +57,7 @@ def speedup_plot(comp: Comparison, path: Path, title: str) -> Path | None:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
     return path
 
@@ -81,6 +82,6 @@ def roofline_plot(rows: list[dict], roofline: dict, mode: str, path: Path, title
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
     return path

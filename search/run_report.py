@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+from cudal2_testing.measure.figures import save_png
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from search.candidate import OK
 from cudal2_testing.measure.summary import geomean, markdown_table
@@ -117,7 +118,7 @@ def plots(store: Store, evaluations: dict[str, list], out: Path) -> list[str]:
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set(xlabel="log2(M*N*K)", ylabel="best speedup vs cuBLASLt-autotune", title="Best speedup per shape")
     ax.legend(fontsize=7)
-    fig.savefig(out / "best_speedup_per_shape.png", dpi=120, bbox_inches="tight")
+    save_png(fig, out / "best_speedup_per_shape.png", dpi=120, bbox_inches="tight")
     plt.close(fig)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for rid, evs in evaluations.items():
@@ -132,7 +133,7 @@ def plots(store: Store, evaluations: dict[str, list], out: Path) -> list[str]:
     ax2.set(xlabel="evaluation", ylabel="geomean best speedup (measured problems)", title="Best so far")
     ax1.legend(fontsize=7)
     ax2.legend(fontsize=7)
-    fig.savefig(out / "reward_by_policy.png", dpi=120, bbox_inches="tight")
+    save_png(fig, out / "reward_by_policy.png", dpi=120, bbox_inches="tight")
     plt.close(fig)
     return ["![best speedup per shape](best_speedup_per_shape.png)", "", "![reward by policy](reward_by_policy.png)"]
 

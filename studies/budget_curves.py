@@ -12,6 +12,7 @@ import math
 import statistics
 from pathlib import Path
 
+from cudal2_testing.measure.figures import save_png
 from cudal2_testing.measure.summary import markdown_table
 from search.loop import RunArgs
 
@@ -102,5 +103,5 @@ def plot(curves: dict, path: Path, title: str, start: int = RunArgs.per_round, b
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
