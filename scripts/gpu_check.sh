@@ -39,7 +39,7 @@
 # smallest first within $FLOORS_BUDGET_S, default 360),
 # budget-hw (python -m studies.budget_hardware: sweep, random, rl and rl warm-started from the other GPU model's sweeps
 # at 16 evaluations per problem on a G1000 sample100 and the LLM decode shapes, judged live on every visible GPU,
-# continued in the next call from KEEP_DIR's stores; $BUDGET_HW_MINUTES, $BUDGET_HW_ARGS),
+# continued in the next call from KEEP_DIR's stores; $BUDGET_HW_MINUTES, $BUDGET_HW_TIMEOUT, $BUDGET_HW_ARGS),
 # judge-bench (python -m search.judge_bench: the judge's evaluations per minute and its verdicts on the kernels an
 # earlier judge flagged wrongly, then the judge's GPU tests).
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary. KEEP_DIR (e.g.
@@ -158,7 +158,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                # that the next call goes on; no round starts after BUDGET_HW_MINUTES (7); BUDGET_HW_ARGS adds options
                local stores=${KEEP_DIR:-$OUT_DIR}/budget_hw minutes=${BUDGET_HW_MINUTES:-7}
                read -r -a more <<<"${BUDGET_HW_ARGS:-}"
-               STAGE_TIMEOUT=$((minutes * 60 + 180)) stage budget_hw "$PY" -m studies.budget_hardware \
+               STAGE_TIMEOUT=${BUDGET_HW_TIMEOUT:-$((minutes * 60 + 180))} stage budget_hw "$PY" -m studies.budget_hardware \
                  --artifacts build/search --store-dir "$stores" --minutes "$minutes" --out "$OUT_DIR/budget_hardware.json" \
                  --warm-from benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \
                    benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz \

@@ -198,6 +198,19 @@ class EvaluatorPool:
         return {"problem": problem.__dict__, "cases": self.cases, "timeout_s": self.timeout_s, "baseline": baseline,
                 "candidates": [{"candidate": requests[i][0].to_json(), "artifact": requests[i][2]} for i in batch]}
 
+    def _next_batch(self, todo: collections.deque, worker: Worker,
+                    requests: list[tuple[Candidate, Problem, str]]) -> list[int]:
+        """The first batch of `todo` whose problem's baseline `worker`'s GPU has timed, else the first: a problem
+        stays on the card that timed its baseline (a baseline is per card: search.baseline_cache) while no worker
+        waits for it. Called under the pool's lock."""
+        fingerprint = worker.environment.get("baseline_fingerprint")
+        if fingerprint and len(self.workers) > 1:
+            for position, batch in enumerate(todo):
+                if self.baselines.get(fingerprint, requests[batch[0]][1].key, self.cases):
+                    del todo[position]
+                    return batch
+        return todo.popleft()
+
     def evaluate_iter(self, requests: list[tuple[Candidate, Problem, str]]) -> Iterator[tuple[int, EvalResult]]:
         """(request index, verdict) of (candidate, problem, shared library path) triples, each as soon as its worker
         answers (in request order on one GPU). Leaving the iteration early stops handing out batches; those in
@@ -214,7 +227,7 @@ class EvaluatorPool:
                     with self._lock:
                         if not todo:
                             return
-                        batch = todo.popleft()
+                        batch = self._next_batch(todo, worker, requests)
                     try:
                         payload = self._payload(worker, requests, batch)
                     except WorkerDied as died:   # the worker did not start: the batch's first candidate's verdict

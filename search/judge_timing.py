@@ -170,14 +170,21 @@ def spin_cycles(device: int) -> int:
     return max(1000, _sleep_cycles(device, SPIN_S))
 
 
+SPIN_DECAY = 15 / 16       # the spin after a bracket that needed no more (doubled after one that did)
+
+
 class Bracket:
-    """The judge's events around one piece of the runner's work (see the module docstring). `cycles` is the spin
-    (doubled whenever it proved too short; pass it on to the next candidate's bracket)."""
+    """The judge's events around one piece of the runner's work (see the module docstring). `cycles` is the spin:
+    doubled whenever it proved too short (the bracket is then measured again), and shrunk by SPIN_DECAY, down to the
+    first SPIN_S, after each one it covered, so that one slow round trip (host jitter) does not lengthen every later
+    bracket of the judge's life; pass it on to the next candidate's bracket. Its length never enters a measurement:
+    a bracket counts only when the spin outlasted the enqueueing."""
 
     def __init__(self, runner: RunnerClient, cycles: int | None = None):
         self.runner = runner
         self.stream = torch.cuda.Stream()
-        self.cycles = cycles or spin_cycles(torch.cuda.current_device())
+        self.base = spin_cycles(torch.cuda.current_device())
+        self.cycles = max(self.base, cycles or self.base)
 
     def measure(self, op: str, **fields) -> tuple[float, dict]:
         """(judge-measured microseconds, the runner's answer) of one request whose work waits on "go" and
@@ -197,6 +204,7 @@ class Bracket:
             late = spun.query()   # the spin ended before T1 was enqueued: T0 may hold host time
             wait_event(t1, self.runner)
             if not late:
+                self.cycles = max(self.base, int(self.cycles * SPIN_DECAY))
                 return t0.elapsed_time(t1) * 1e3, answer
             self.cycles *= 2
         raise RuntimeError(f"the judge could not enqueue a bracket within a {self.cycles // 2} cycle spin "

@@ -5,7 +5,8 @@ Sets: a stratified G1000 sample (`--shapes` problems, fp16 NT) and the LLM decod
 fp16 NT). Proposers: the sweep heuristic, random search, the rl policy cold, and the rl policy warm-started from
 other GPUs' sweeps (`--warm-from`; a file measured on this GPU model is left out: leave-one-GPU-out). Each
 (set, proposer, seed) is one `search` run of `--per-problem` evaluations per problem over the built kernels and
-their knobs (no new builds: the space every proposer shares), in its own store under `--store-dir`.
+their knobs (no new builds: the space every proposer shares), in its own store under `--store-dir`; a round's
+requests go to the judges as one chunk, so that no GPU waits for another's slowest batch within a round.
 
 The curve of a run is, for b = 1 .. per-problem, the geomean over the set of each problem's best speedup against
 cuBLASLt-autotune among its own first b evaluations (0.01 while a problem has none OK); every proposer spends exactly
@@ -143,7 +144,8 @@ def run_one(backend: MemoBackend, path: Path, problems: list[Problem], proposer:
         elif not runs:
             policy_name = proposer.split("+")[0]
             args = RunArgs(policy=policy_name, arch=arch, budget_evals=budget, budget_minutes=limit, seed=seed,
-                           max_builds=0, backend=backend_kind, warm_start=[str(p) for p in warm] if "warm" in proposer else [])
+                           max_builds=0, backend=backend_kind, chunk=max(64, RunArgs.per_round * len(problems)),
+                           warm_start=[str(p) for p in warm] if "warm" in proposer else [])
             fitted = None
             if args.warm_start:
                 fitted = Policy(arch, seed)

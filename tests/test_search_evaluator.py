@@ -2,6 +2,7 @@
 eval_worker's self-test mode (CUDAL2_EVAL_WORKER_SELFTEST=1), which crashes or hangs on request."""
 from __future__ import annotations
 
+import collections
 import json
 import time
 
@@ -11,7 +12,8 @@ from search.backend import REFUSED, CompileOutcome
 from search.backends.local import LocalBackend, nvcc_archs
 from search.candidate import COMPILE_ERROR, CRASH, HANG, OK, SCAN_REJECTED, Candidate, Problem
 from search.eval_worker import PDL_ENV, SELFTEST_ENV
-from search.evaluator import EvaluatorPool
+from search.baseline_cache import BaselineCache, case_seeds
+from search.evaluator import EvaluatorPool, Worker
 
 SELFTEST = {SELFTEST_ENV: "1"}
 PROBLEM = Problem("nt", "fp16", 64, 4096, 4096)
@@ -129,3 +131,20 @@ def test_refused_sources_are_scan_rejected(tmp_path, monkeypatch):
         assert result.status == SCAN_REJECTED and "dlsym" in result.reason
     finally:
         backend.close()
+
+
+def test_a_worker_takes_first_the_problems_whose_baseline_its_card_timed():
+    """Baselines are per card (search.baseline_cache): a worker picks a batch of a problem its GPU has a baseline for
+    before the queue's first, and the first when it has none (no worker waits)."""
+    pool = object.__new__(EvaluatorPool)
+    pool.workers, pool.cases = [Worker("0"), Worker("1")], 3
+    pool.baselines = BaselineCache()
+    p, q = Problem("nt", "fp16", 64, 64, 64), Problem("nt", "fp16", 128, 64, 64)
+    pool.baselines.add({"fingerprint": "card1", "problem": q.key, "calls": 2, "seeds": case_seeds(q.key, 3),
+                        "us": [1.0] * 3, "wall_us": [1.0] * 3})
+    requests = [(Candidate(config="k"), p, "lib"), (Candidate(config="k"), q, "lib")]
+    pool.workers[1].environment = {"baseline_fingerprint": "card1"}
+    todo = collections.deque([[0], [1]])
+    assert pool._next_batch(todo, pool.workers[1], requests) == [1] and list(todo) == [[0]]
+    todo = collections.deque([[0], [1]])
+    assert pool._next_batch(todo, pool.workers[0], requests) == [0]   # no baseline of its card yet: the first

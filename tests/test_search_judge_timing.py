@@ -148,7 +148,7 @@ def fake_bracket(monkeypatch, cuda: FakeCuda, cycles: int = 100) -> Bracket:
     monkeypatch.setattr(judge_timing, "torch", types.SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(judge_timing, "wait_event", lambda event, runner: None)
     bracket = object.__new__(Bracket)
-    bracket.runner, bracket.cycles = FakeRunner(cuda), cycles
+    bracket.runner, bracket.cycles, bracket.base = FakeRunner(cuda), cycles, cycles
     bracket.stream = types.SimpleNamespace(wait_event=lambda event: cuda.log.append("wait done"))
     return bracket
 
@@ -169,13 +169,18 @@ def test_the_empty_bracket_is_the_least_of_its_measurements(monkeypatch):
     assert bracket.overhead_us() == pytest.approx(11.0)
 
 
-def test_a_spin_found_too_short_is_lengthened_for_good(monkeypatch):
+def test_a_spin_found_too_short_is_lengthened_then_shrinks_back(monkeypatch):
+    """A late bracket is measured again with twice the spin; each bracket the spin covered shrinks it by
+    SPIN_DECAY, never below the first spin, so one slow round trip does not lengthen every later bracket."""
     cuda = FakeCuda(late_first=2)
     bracket = fake_bracket(monkeypatch, cuda, cycles=100)
     bracket.measure("replay")
-    assert bracket.cycles == 400 and cuda.log.count("replay") == 3
+    assert cuda.log.count("replay") == 3 and bracket.cycles == int(400 * judge_timing.SPIN_DECAY)
     bracket.measure("replay")
-    assert "spin 400" in cuda.log[-8:] and cuda.log.count("replay") == 4
+    assert f"spin {int(400 * judge_timing.SPIN_DECAY)}" in cuda.log[-8:] and cuda.log.count("replay") == 4
+    for _ in range(100):
+        bracket.measure("replay")
+    assert bracket.cycles == 100
 
 
 def test_replays_are_sized_by_time():
