@@ -47,7 +47,7 @@ from search.store import Store
 from search.table_select import read_sweep
 from studies.budget_curves import evals_to_reach, plot, summary_rows, target_table
 
-PROPOSERS = ("sweep", "random", "rl", "rl+warm (other GPU)")
+PROPOSERS = ("random", "rl+warm (other GPU)", "rl", "sweep")   # run in this order: the comparison that matters first
 MISSING = 0.01        # a problem with no OK evaluation yet counts as this speedup (as studies.budget_replay)
 BOOTSTRAP = 2000      # resamples of the paired bootstrap
 START = 1             # curves by per-problem index: every problem has b evaluations at budget b
