@@ -28,10 +28,12 @@ GPU-minute of the runs' own time.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,9 +76,14 @@ def store_path(store_dir: Path, set_name: str, proposer: str, seed: int) -> Path
 
 
 def best_by_problem(store: Store, run_id: str, problems: list[Problem], per_problem: int) -> dict[str, list[float]]:
-    """Problem key -> best speedup among its first b evaluations, b = 1 .. per_problem (MISSING before one is OK)."""
+    """Problem key -> best speedup among its first b evaluations, b = 1 .. per_problem (MISSING before one is OK).
+    A problem's evaluations count in the order they were proposed (the proposals table), not the order their
+    verdicts arrived (GPUs finish out of order, and the memo answers what it holds first)."""
+    proposed = {(r["round"], r["problem_key"], r["candidate_id"]): r["id"] for r in store.query(
+        "SELECT id, round, problem_key, candidate_id FROM proposals WHERE run_id = ? AND status = ''", (run_id,))}
     rows: dict[str, list] = {p.key: [] for p in problems}
-    for r in store.evaluations(run_id):
+    for r in sorted(store.evaluations(run_id),
+                    key=lambda r: (proposed.get((r["round"], r["problem_key"], r["candidate_id"]), 0), r["id"])):
         rows[r["problem_key"]].append(r)
     out = {}
     for key, evaluations in rows.items():
@@ -210,7 +217,7 @@ def study(args: argparse.Namespace, log=print) -> dict:
     finally:
         backend.close()
     return {"environment": env, "gpus": gpus, "warm_from": [str(p) for p in warm],
-            "warm_left_out": [str(p) for p in left_out], "reused": backend.reused, "runs": runs,
+            "warm_left_out": [str(p) for p in left_out], "runs": runs,
             "by_problem": by_problem, "wall_s": round(time.monotonic() - began, 1)}
 
 
@@ -226,34 +233,40 @@ def analyse(doc: dict, proposers: list[str]) -> dict:
     return doc
 
 
-def throughput(doc: dict) -> tuple[float, float, int, float]:
-    """(judged evaluations per GPU-minute, verdicts per GPU-minute, judged, GPU-minutes) over the runs' own time."""
+def throughput(doc: dict) -> tuple[float, float, int, int, float]:
+    """(judged evaluations per GPU-minute, verdicts per GPU-minute, judged, verdicts, GPU-minutes) over the runs'
+    own time (a judged evaluation is one the GPU timed; the other verdicts were served again by the memo)."""
     judged = sum(r["judged"] for r in doc["runs"].values())
     verdicts = sum(r["evaluations"] for r in doc["runs"].values())
     gpu_minutes = sum(r["elapsed_s"] for r in doc["runs"].values()) / 60 * doc["gpus"]
     return (judged / gpu_minutes if gpu_minutes else 0.0, verdicts / gpu_minutes if gpu_minutes else 0.0, judged,
-            gpu_minutes)
+            verdicts, gpu_minutes)
 
 
 def render(doc: dict, out: Path) -> str:
     """Writes the Markdown page and the PNG beside `out`; returns the Markdown."""
     env, settings, curves = doc["environment"], doc["settings"], doc.get("curves", {})
     budgets = sorted({b for b in (4, 8, 12, settings["per_problem"]) if b <= settings["per_problem"]})
-    rate, verdict_rate, judged, gpu_minutes = throughput(doc)
+    rate, verdict_rate, judged, verdicts, gpu_minutes = throughput(doc)
+    measured = {"g1000": f"{settings['shapes']}-problem stratified G1000 sample",
+                "llm_decode": f"LLM decode shapes (M <= {settings['decode_max_m']})"}
     lines = [f"# Proposers at equal budgets on the GPU ({env.get('gpu_name')})", "",
              f"- Judged live on {doc['gpus']} x {env.get('gpu_name')} (driver {env.get('driver')}, CUDA "
              f"{env.get('cuda')}, cuBLAS {env.get('cublas')}, torch {env.get('torch')}), PDL off, every verdict by "
              "the search's judge against cuBLASLt-autotune timed in the same judge",
-             f"- Sets: {settings['shapes']}-problem stratified G1000 sample and the LLM decode shapes "
-             f"(M <= {settings['decode_max_m']}), fp16 NT; {settings['per_problem']} evaluations per problem per "
-             f"run; built kernels and their knobs only; seeds 0-{settings['seeds'] - 1}",
+             f"- Sets with every proposer's runs complete: "
+             f"{', '.join(measured[name] for name in curves) or 'none'} (asked: "
+             f"{', '.join(measured[name] for name in settings['sets'])}), fp16 NT; {settings['per_problem']} "
+             f"evaluations per problem per run; built kernels and their knobs only; seeds 0-{settings['seeds'] - 1}",
              f"- Warm start (rl+warm) from other GPUs' sweeps: {', '.join(f'`{p}`' for p in doc['warm_from'])}" +
              (f"; left out as this GPU's: {', '.join(f'`{p}`' for p in doc['warm_left_out'])}"
               if doc["warm_left_out"] else ""),
-             f"- Commit {doc['commit']}; command: `{doc['command']}`; stores: `{settings['store_dir']}`", "",
-             f"Throughput: {judged} distinct evaluations judged in {gpu_minutes:.1f} GPU-minutes of the runs' own "
-             f"time: {rate:.0f} per GPU-minute ({verdict_rate:.0f} verdicts per GPU-minute with the "
-             f"{doc['reused']} served again from common measurements in the last call).", ""]
+             f"- Commit {doc['commit']}; command: `{doc['command']}`; stores: `{settings['store_dir']}`" +
+             (f"; curves measured again from the stores in `{doc['curves_from']}`" if doc.get("curves_from") else ""),
+             "",
+             f"Throughput: {judged} evaluations judged on the GPU in {gpu_minutes:.1f} GPU-minutes of the runs' own "
+             f"time (every GPU held for a run's whole time): {rate:.0f} per GPU-minute; with the {verdicts - judged} "
+             f"verdicts served again from common measurements, {verdict_rate:.0f} verdicts per GPU-minute.", ""]
     lines += markdown_table(["run", "evaluations", "judged here", "run s"],
                             [[k, f"{r['evaluations']} of {r['budget']}", r["judged"], r["elapsed_s"]]
                              for k, r in doc["runs"].items()])
@@ -310,7 +323,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--per-problem", type=int, default=16)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--minutes", type=float, default=8.0, help="no round starts after this (then run again)")
-    parser.add_argument("--render", action="store_true", help="only write the .md and .png again from --out")
+    parser.add_argument("--render", action="store_true",
+                        help="only write the .md and .png again from --out (with --store-dir: its curves measured "
+                             "again from those stores first, plain or .sqlite.gz)")
     args = parser.parse_args(argv)
     unknown = set(args.proposers) - set(PROPOSERS)
     if unknown or set(args.sets) - {"g1000", "llm_decode"}:
@@ -320,10 +335,42 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def reanalyse(doc: dict, store_dir: Path) -> dict:
+    """`doc` with its curves measured again from the runs' stores in `store_dir` (plain or gzip SQLite files), for
+    every run the stores hold complete: the same verdicts, counted by the current `best_by_problem`."""
+    settings = doc["settings"]
+    by_problem: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(settings["seeds"]):
+            for name, problems in problem_sets(settings["shapes"], seed, settings["decode_max_m"],
+                                               settings["sets"]).items():
+                for proposer in settings["proposers"]:
+                    path = store_path(store_dir, name, proposer, seed)
+                    if not path.exists() and path.with_suffix(".sqlite.gz").exists():
+                        path = Path(tmp) / path.name
+                        path.write_bytes(gzip.decompress(store_path(store_dir, name, proposer, seed)
+                                                         .with_suffix(".sqlite.gz").read_bytes()))
+                    if not path.exists():
+                        continue
+                    store = Store(path, readonly=True)
+                    try:
+                        run = store.runs()[0]
+                        if store.evaluation_count(run["id"]) >= settings["per_problem"] * len(problems):
+                            by_problem.setdefault(name, {}).setdefault(proposer, []).append(
+                                best_by_problem(store, run["id"], problems, settings["per_problem"]))
+                    finally:
+                        store.close()
+    return analyse({**doc, "by_problem": by_problem, "curves_from": str(store_dir)}, settings["proposers"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.render:
-        print(render(json.loads(args.out.read_text()), args.out))
+        doc = json.loads(args.out.read_text())
+        if args.store_dir:
+            doc = reanalyse(doc, args.store_dir)
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(render(doc, args.out))
         return 0
     doc = analyse(study(args), args.proposers)
     from cudal2_testing.measure.env import git_commit  # noqa: PLC0415 (imports torch: only for the header)

@@ -2,6 +2,7 @@
 on the simulated judge."""
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -43,7 +44,6 @@ def test_memo_judges_each_pair_once_and_serves_its_verdict_again():
     assert first[2].us == first[0].us and first[2].eval_s == 0.0 and first[0].eval_s == 0.5
     again = memo.evaluate([(b, p)])
     assert len(inner.judged) == 3 and again[0].us == first[1].us and again[0].eval_s == 0.0
-    assert memo.reused == 2
     memo.close()   # (the inner backend's)
 
 
@@ -113,12 +113,32 @@ def test_a_study_killed_mid_run_goes_on_where_it_stopped(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         budget_hardware.run_one(MemoBackend(KilledAfter(9)), path, problems, "rl", 0, 5, [], 5, 90, "sim")
     store = Store(path, readonly=True)
-    assert 0 < store.evaluation_count(store.runs()[0]["id"]) < 30
+    before = [(r["candidate_id"], r["us"]) for r in store.evaluations()]
     store.close()
+    assert 0 < len(before) < 30
     budget_hardware.main(study_args(tmp_path, 5, "cut"))
     budget_hardware.main(study_args(tmp_path, 5, "whole"))
     cut, whole = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("cut", "whole"))
-    assert cut["runs"]["g1000/rl/0"]["complete"] and cut["curves"] == whole["curves"]
+    assert cut["runs"]["g1000/rl/0"]["complete"] and cut["runs"]["g1000/rl/0"]["evaluations"] == 30
+    store = Store(path, readonly=True)
+    assert [(r["candidate_id"], r["us"]) for r in store.evaluations()][:len(before)] == before   # kept, not re-run
+    store.close()
+    # the other runs, served the killed run's verdicts by the memo, count them in proposal order: unchanged
+    # (the resumed run itself proposes anew after the kill: the loop's resume restarts its policy's sampler)
+    for proposer in ("random", "rl+warm (other GPU)", "sweep"):
+        assert cut["curves"]["g1000"][proposer] == whole["curves"]["g1000"][proposer]
+
+
+def test_a_studys_curves_are_measured_again_from_its_gzipped_stores(tmp_path):
+    budget_hardware.main(study_args(tmp_path, 5))
+    doc = json.loads((tmp_path / "stores.json").read_text())
+    zipped = tmp_path / "zipped"
+    zipped.mkdir()
+    for path in (tmp_path / "stores").glob("*.sqlite"):
+        (zipped / (path.name + ".gz")).write_bytes(gzip.compress(path.read_bytes()))
+    budget_hardware.main(["--render", "--out", str(tmp_path / "stores.json"), "--store-dir", str(zipped)])
+    again = json.loads((tmp_path / "stores.json").read_text())
+    assert again["curves"] == doc["curves"] and again["bootstrap"] == doc["bootstrap"]
 
 
 def test_a_study_out_of_time_starts_no_run_and_reports_none(tmp_path):

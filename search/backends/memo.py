@@ -26,7 +26,6 @@ class MemoBackend:
     def __init__(self, inner):
         self.inner = inner
         self.verdicts: dict[tuple[str, str], EvalResult] = {}
-        self.reused = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -49,7 +48,6 @@ class MemoBackend:
         for i, (cand, problem) in enumerate(requests):
             key = (cand.id, problem.key)
             if key in self.verdicts:
-                self.reused += 1
                 yield i, dataclasses.replace(self.verdicts[key], eval_s=0.0, compile_s=0.0)
             else:
                 fresh.setdefault(key, []).append(i)
@@ -62,5 +60,4 @@ class MemoBackend:
             indices = fresh[(cand.id, problem.key)]
             yield indices[0], result
             for i in indices[1:]:
-                self.reused += 1
                 yield i, dataclasses.replace(result, eval_s=0.0, compile_s=0.0)
