@@ -45,7 +45,10 @@
 # Logs and results go under OUT_DIR (one file per stage); the last lines printed are a compact summary. KEEP_DIR (e.g.
 # /tmp/keep) carries OUT_DIR's results files from one call to the next on a warm machine.
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/
-# (scripts/prebuild_kernels.sh builds it on a machine without a GPU).
+# (scripts/prebuild_kernels.sh builds it on a machine without a GPU). A lent machine takes 64 MiB per call: unzip the
+# nvidia-cutlass wheel, drop cutlass_library/source/{examples,tools/profiler,tools/library}, `python -m wheel pack` it
+# (4.1 of 6.2 MB; same name and version, so the kernel cache keys hold). Git's HEAD there is the session's first
+# commit, whatever the working tree holds: pass CUDAL2_COMMIT=$(git rev-parse --short HEAD) from this side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: scripts/gpu_check.sh OUT_DIR STAGE...}
