@@ -7,10 +7,11 @@ it writes one {"result": EvalResult, "restart": bool} line per candidate, in ord
 
 Candidate code never runs in this process. A batch starts a candidate runner (`search.sandbox`), the only process
 that loads candidate libraries; it runs each kernel on buffers this process owns and shares with it (one set per
-batch), and is killed after the batch. The runner is kept from one candidate to the next only between config
-candidates (rendered by the catalog's codegen, not written by the search) after an OK verdict; a search-written
-source, and any candidate after a failed check, gets a fresh runner that is killed after it, so an untrusted
-source never shares a process with another candidate. Each candidate gets every check below and its own captured
+batch). The runner is kept from one candidate to the next only between config candidates (rendered by the catalog's
+codegen, not written by the search) after an OK verdict, and from one batch to the next on the same terms (its
+regions closed, then the next batch's mapped; never across a baseline's timing); a search-written source, and any
+candidate after a failed check, gets a fresh runner that is killed after it, so an untrusted source never shares a
+process with another candidate. Each candidate gets every check below and its own captured
 graph. Everything the verdict rests on is computed here, from this process's memory and its
 own CUDA events: the outputs (read back and compared with fp32 references here), the candidate's time (this
 process's events around the runner's replay, `judge_timing.Bracket`), the baseline (cuBLASLt-autotune as the
@@ -139,6 +140,7 @@ class GpuEvaluator:
         self.baseline = {layout: AutotunedLt(layout) for layout in ("nn", "nt")}  # choices kept per problem
         self.binary_checks = BinaryChecks()
         self.spin_cycles: int | None = None   # the brackets' spin, as the last candidate's bracket left it
+        self.kept_runner = None   # the last batch's runner, kept after a config candidate passed (no regions mapped)
         self.environment = kernel_timing.environment()
         self.environment["arch"] = self.environment["capability"][0] * 10 + self.environment["capability"][1]
         known_peak = os.environ.get(PEAK_ENV)
@@ -319,6 +321,39 @@ class GpuEvaluator:
             pings.append(time.perf_counter() - start)
         return statistics.median(pings)
 
+    def _keep_runner(self, runner) -> None:
+        """Keeps `runner` (its last candidate, a config candidate, passed) for the next batch, its regions closed on
+        its side first; a runner that cannot close them is killed."""
+        try:
+            kept = runner.unmap()
+        except RunnerDied:
+            return   # (the client killed it)
+        if kept:
+            self.kept_runner = runner
+        else:
+            runner.close()
+
+    def _drop_kept_runner(self) -> None:
+        if self.kept_runner is not None:
+            self.kept_runner.close()
+            self.kept_runner = None
+
+    def _kept_runner_for(self, regions, timeout: float):
+        """The runner kept from the previous batch with this batch's regions mapped, or None (a fresh one starts):
+        starting a runner process and its CUDA context, and killing it, cost about as much as judging the
+        candidate."""
+        runner, self.kept_runner = self.kept_runner, None
+        if runner is None:
+            return None
+        try:
+            runner.map(regions, timeout)
+        except LookupError:
+            runner.close()
+            return None
+        except RunnerDied:
+            return None   # (the client killed it)
+        return runner
+
     def _runner(self, runner, artifact: str, cand: Candidate, regions, timeout: float):
         """The runner for `cand`: `runner` (the batch's previous config candidate passed every check in it) with
         `cand`'s kernel loaded, else a fresh process. LookupError when the kernel cannot be loaded."""
@@ -411,10 +446,11 @@ class GpuEvaluator:
         seeds = baseline_cache.case_seeds(problem.key, cases)
         timeout = max(5.0, float(request.get("timeout_s", 300.0)) / 3)
         if doc is None:
+            self._drop_kept_runner()   # no candidate's process exists while the baseline is timed
             base_us, base_wall = self._baselines(sets, seeds)
             doc = {"fingerprint": self.fingerprint, "problem": problem.key, "calls": calls, "seeds": seeds,
                    "us": base_us, "wall_us": base_wall}
-        runner = None
+        runner = self._kept_runner_for(regions, timeout)
         for entry in request["candidates"]:
             cand = Candidate.from_json(entry["candidate"])
             try:
@@ -425,8 +461,8 @@ class GpuEvaluator:
             result.baseline_cases = doc
             yield result
         # (after RunnerDied the regions are left to the process's exit: a stream may wait on the dead runner)
-        if runner is not None:
-            runner.close()
+        if runner is not None:   # a config candidate passed last: the runner is kept for the next batch
+            self._keep_runner(runner)
         del sets
         for region in regions:
             region.close()

@@ -98,6 +98,18 @@ class RunnerClient:
             raise LookupError(answer["error"])
         self.kernel = answer["kernel"]
 
+    def unmap(self) -> bool:
+        """Ends the batch on the runner's side (its shared regions closed, after a device-wide sync); False when the
+        runner reported an error (it should then be closed)."""
+        return not self.request("unmap").get("error")
+
+    def map(self, regions: list[SharedRegion], timeout_s: float) -> None:
+        """Gives a runner kept from the previous batch this batch's `regions` and time limit."""
+        self.timeout_s = timeout_s
+        answer = self.request("map", memory=[r.handle for r in regions])
+        if answer.get("error"):
+            raise LookupError(answer["error"])
+
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.lines.put(line)

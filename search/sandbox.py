@@ -1,4 +1,5 @@
-"""The candidate runner: the only process that loads a candidate kernel library, started afresh for each request.
+"""The candidate runner: the only process that loads a candidate kernel library, started afresh for each batch (or
+kept for the next batch after a config candidate it ran passed: `unmap`, then `map`).
 
 It imports neither torch nor the extension: through ctypes (`search.cuda_runtime`) it opens the device memory and
 the two interprocess events the judge (`search.eval_worker`) shares with it, makes its own non-blocking stream (the
@@ -17,6 +18,9 @@ judge asks, one JSON line per request and per answer:
     {"op": "ping"}                                 -> {}
     {"op": "load", "library": path, "kernel": name} -> {"kernel": {...}} or {"error"}  (the next candidate of a
                                                       batch: replaces the kernel and drops the captured graph)
+    {"op": "unmap"}                                -> {"error": ""}  (device-wide sync, then every shared region
+                                                      closed and the captured graph dropped: the batch is over)
+    {"op": "map", "memory": [hex]}                 -> {"error": ""}  (the next batch's regions)
 
 P names buffers as [region, byte offset] into the shared regions. The ready line reports the kernel and whether
 CUDAL2_DISABLE_PDL=1 reached this process (the judge refuses a runner with PDL on). Everything this process
@@ -138,6 +142,15 @@ class Runner:
             return {"kernel": self.describe()}
         if op == "sync":
             return {"error": self._error("cudaDeviceSynchronize")}
+        if op == "unmap":
+            error = self._error("cudaDeviceSynchronize")
+            for base in self.bases:
+                error = error or self._error("cudaIpcCloseMemHandle", base)
+            self.bases, self.graph_exec, self.captured = [], None, []
+            return {"error": error}
+        if op == "map":
+            self.bases = [self.rt.open_mem_handle(bytes.fromhex(h)) for h in request["memory"]]
+            return {"error": ""}
         if op == "capture":
             return self.capture([self.problem(spec) for spec in request["problems"]])
         if op == "replay":

@@ -148,3 +148,51 @@ def test_a_worker_takes_first_the_problems_whose_baseline_its_card_timed():
     assert pool._next_batch(todo, pool.workers[1], requests) == [1] and list(todo) == [[0]]
     todo = collections.deque([[0], [1]])
     assert pool._next_batch(todo, pool.workers[0], requests) == [0]   # no baseline of its card yet: the first
+
+
+class FakeRunner:
+    """A runner client that records what the judge asked of it."""
+
+    def __init__(self, unmap_ok: bool = True, map_error: str = ""):
+        self.calls: list[str] = []
+        self.unmap_ok, self.map_error = unmap_ok, map_error
+
+    def unmap(self) -> bool:
+        self.calls.append("unmap")
+        return self.unmap_ok
+
+    def map(self, regions, timeout_s):
+        self.calls.append(f"map {len(regions)} {timeout_s}")
+        if self.map_error:
+            raise LookupError(self.map_error)
+
+    def close(self):
+        self.calls.append("close")
+
+
+def test_a_passing_config_candidates_runner_is_kept_for_the_next_batch_with_its_regions():
+    from search.eval_worker import GpuEvaluator
+
+    judge = object.__new__(GpuEvaluator)
+    judge.kept_runner = None
+    runner = FakeRunner()
+    judge._keep_runner(runner)
+    assert judge.kept_runner is runner and runner.calls == ["unmap"]
+    assert judge._kept_runner_for(["r0", "r1", "r2"], 7.0) is runner and judge.kept_runner is None
+    assert runner.calls == ["unmap", "map 3 7.0"]
+    assert judge._kept_runner_for(["r0"], 7.0) is None   # nothing kept: a fresh runner starts
+
+
+def test_a_runner_that_cannot_close_or_map_its_regions_is_killed():
+    from search.eval_worker import GpuEvaluator
+
+    judge = object.__new__(GpuEvaluator)
+    judge.kept_runner = None
+    stuck = FakeRunner(unmap_ok=False)
+    judge._keep_runner(stuck)
+    assert judge.kept_runner is None and stuck.calls == ["unmap", "close"]
+    judge.kept_runner = refused = FakeRunner(map_error="invalid handle")
+    assert judge._kept_runner_for(["r0"], 7.0) is None and refused.calls[-1] == "close"
+    judge.kept_runner = idle = FakeRunner()
+    judge._drop_kept_runner()
+    assert judge.kept_runner is None and idle.calls == ["close"]
