@@ -1,8 +1,8 @@
 """Regenerates a GPU's shipped measured choices: tunes every problem of the reference grids (G1000 and the LLM
 projection shapes, M = 1 ... 16384) in the given layouts and dtypes with `cudal2_ops.tune` (every cuBLASLt heuristic
-candidate, the table's kernel for the problem, with --sweeps a sweep's fastest kernels on it, and with --grid-up-to,
-on problems up to that size, every loaded kernel at each variant of its knob grid; PDL off) and writes the table plus
-a results file.
+candidate, the table's kernel for the problem, with --sweeps the fastest kernels a sweep or a search store measured
+on it, and with --grid-up-to, on problems up to that size, every loaded kernel at each variant of its knob grid; PDL
+off) and writes the table plus a results file.
 
     python scripts/tune_grid.py --shapes g1000,llm --layouts nn,nt --dtypes fp16,bf16 \\
         --base kernels/sm90/nvidia_h100_80gb_hbm3.json --out OUT/nvidia_h100_80gb_hbm3.json --results OUT/tune.json
@@ -24,7 +24,9 @@ import torch
 from cudal2_ops import tune
 from cudal2_ops.tables import entry_key, parse_key
 from cudal2_testing.measure import env, shapes
-from search.table_select import from_sweep_rows, merge_sweeps, read_sweep
+from search import emit
+from search.store import is_store_file, read_store
+from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_sweep
 
 SWEEP_TOP = 3  # a sweep's fastest kernels per problem that the tuner times beside the table's
 
@@ -34,38 +36,52 @@ def problems_of(shape_set: str, layout: str, dtype: str, sample: int | None, see
     return [tune.Problem(layout, dtype, m, n, k) for m, n, k in shapes.load(shape_set, sample, seed)]
 
 
-def sweep_kernels(paths: list[Path], top: int = SWEEP_TOP) -> dict[str, list[tuple[str, tune.Knobs]]]:
-    """{problem key: kernels} from sweep files (`python -m search.sweep`): the `top` fastest correct candidates of each
-    problem that were faster than the sweep's cuBLASLt-autotune baseline. Sweeps of one GPU are merged (the later file
-    wins per problem); those of other GPUs add their kernels to a problem's list (a kernel that won on another GPU is a
-    candidate worth timing here: the tuner times every candidate on this GPU and skips names the library lacks)."""
-    by_gpu: dict[tuple, list[dict]] = {}
+def measured_by_gpu(paths: list[Path]) -> dict[tuple, list[Measured]]:
+    """{(GPU name, SM count): measurements} of sweep files (one GPU's merged, the later file winning per problem)
+    and search stores (each evaluation's problem, time and the judge's cuBLASLt-autotune time)."""
+    sweeps: dict[tuple, list[dict]] = {}
+    found: dict[tuple, list[Measured]] = {}
     for path in paths:
+        if is_store_file(path):
+            with read_store(path) as store:
+                for gpu in emit.measurements(store):
+                    found.setdefault((gpu.environment["gpu_name"], gpu.environment.get("sm_count")), []).extend(
+                        gpu.measured)
+            continue
         sweep = read_sweep(path)
-        by_gpu.setdefault((sweep["environment"]["gpu_name"], sweep["environment"]["sm_count"]), []).append(sweep)
+        sweeps.setdefault((sweep["environment"]["gpu_name"], sweep["environment"]["sm_count"]), []).append(sweep)
+    for gpu, docs in sweeps.items():
+        found.setdefault(gpu, []).extend(from_sweep_rows(merge_sweeps(docs)["rows"]))
+    return found
+
+
+def sweep_kernels(paths: list[Path], top: int = SWEEP_TOP) -> dict[str, list[tuple[str, tune.Knobs]]]:
+    """{problem key: kernels} from sweep files (`python -m search.sweep`) and search stores: the `top` fastest correct
+    candidates of each problem that were faster than the cuBLASLt-autotune they were measured against. Measurements
+    of other GPUs add their kernels to a problem's list (a kernel that won on another GPU is a candidate worth timing
+    here: the tuner times every candidate on this GPU and skips names the library lacks)."""
     found: dict[str, list[tuple[str, tune.Knobs]]] = {}
-    for sweeps in by_gpu.values():
-        for key, kernels in fastest_per_problem(merge_sweeps(sweeps)["rows"], top).items():
+    for measured in measured_by_gpu(paths).values():
+        for key, kernels in fastest_per_problem(measured, top).items():
             found[key] = list(dict.fromkeys(found.get(key, []) + kernels))
     return found
 
 
-def fastest_per_problem(sweep_rows: list[dict], top: int) -> dict[str, list[tuple[str, tune.Knobs]]]:
-    """{problem key: the `top` fastest correct kernels under the baseline} of one GPU's sweep rows; a problem swept in
-    one of fp16 / bf16 only also gets its twin's kernels in its own dtype (kernel names carry the dtype)."""
-    found = {}
-    rows = from_sweep_rows(sweep_rows)
-    swept = {measured.key for measured in rows}
-    for measured in rows:
-        fast = sorted((c for c in measured.candidates if c.correct and c.us and measured.baseline_us
-                       and c.us < measured.baseline_us), key=lambda c: c.us)[:top]
-        if fast:
-            found[measured.key] = [(c.kernel, c.knobs) for c in fast]
+def fastest_per_problem(measured: list[Measured], top: int) -> dict[str, list[tuple[str, tune.Knobs]]]:
+    """{problem key: the `top` fastest correct kernels under the baseline} of one GPU's measurements (a problem
+    measured more than once: the fastest of all); a problem measured in one of fp16 / bf16 only also gets its twin's
+    kernels in its own dtype (kernel names carry the dtype)."""
+    fast_by_key: dict[str, list] = {}
+    for m in measured:
+        fast_by_key.setdefault(m.key, []).extend(
+            c for c in m.candidates if c.correct and c.us and m.baseline_us and c.us < m.baseline_us)
+    found = {key: list(dict.fromkeys((c.kernel, c.knobs) for c in sorted(fast, key=lambda c: c.us)))[:top]
+             for key, fast in fast_by_key.items() if fast}
     twin_dtype = {"fp16": "bf16", "bf16": "fp16"}
     for key, kernels in list(found.items()):
         layout, dtype, m, n, k = parse_key(key)
         twin_key = entry_key(layout, twin_dtype[dtype], m, n, k)
-        if twin_key not in swept:
+        if twin_key not in fast_by_key:
             found[twin_key] = [(name.replace(f"_{dtype}_", f"_{twin_dtype[dtype]}_", 1), knobs)
                                for name, knobs in kernels]
     return found
@@ -119,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, required=True, help="the results file to write")
     parser.add_argument("--margin", type=float, default=tune.DEFAULT_MARGIN)
     parser.add_argument("--sweeps", type=Path, nargs="*", default=[],
-                        help="sweep results files (python -m search.sweep, .json or .json.gz), of this GPU or "
-                             f"others: each problem's {SWEEP_TOP} fastest kernels that beat the sweep's "
-                             "cuBLASLt-autotune (per GPU) are timed too (a kernel the loaded library lacks is skipped)")
+                        help="sweep results files (python -m search.sweep, .json or .json.gz) and search stores "
+                             "(.sqlite, or .sqlite.gz), of this GPU or others: each problem's "
+                             f"{SWEEP_TOP} fastest kernels that beat the cuBLASLt-autotune they were measured against "
+                             "(per GPU) are timed too (a kernel the loaded library lacks is skipped)")
     parser.add_argument("--max-log2-mnk", type=float, help="tune only problems with log2(M*N*K) up to this (the base "
                         "table's entries are kept for the larger ones)")
     parser.add_argument("--min-log2-mnk", type=float, help="tune only problems with log2(M*N*K) above this (the base "

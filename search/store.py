@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import hashlib
 import json
 import os
 import sqlite3
+import tempfile
 import time
 import urllib.parse
 import uuid
@@ -465,3 +467,25 @@ class Store:
             "SELECT e.* FROM evaluations e WHERE e.status = 'ok' " + where + " AND e.us = (SELECT MIN(us) FROM "
             "evaluations f WHERE f.run_id = e.run_id AND f.problem_key = e.problem_key AND f.status = 'ok') "
             "GROUP BY e.run_id, e.problem_key ORDER BY e.run_id, e.problem_key", (run_id,) if run_id else ()))
+
+
+def is_store_file(path: str | Path) -> bool:
+    """Whether `path` names a search store by its suffix (.sqlite / .db, or their .gz) rather than a results file."""
+    return Path(path).name.endswith((".sqlite", ".db", ".sqlite.gz", ".db.gz"))
+
+
+@contextlib.contextmanager
+def read_store(path: str | Path) -> Iterator[Store]:
+    """A read-only Store of the file at `path`: a store, or its gzip copy (`.gz`, as results folders keep stores),
+    decompressed to a temporary file for the duration."""
+    path = Path(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        if path.suffix == ".gz":
+            plain = Path(tmp) / path.stem
+            plain.write_bytes(gzip.decompress(path.read_bytes()))
+            path = plain
+        store = Store(path, readonly=True)
+        try:
+            yield store
+        finally:
+            store.close()

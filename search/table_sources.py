@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from search import emit, sanitize_gate, table_select
-from search.store import Store
+from search.store import read_store
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -73,13 +73,8 @@ def rebuild(slug: str, committed_header: dict, results: Path = RESULTS) -> Rebui
         swept = json.loads(path.read_text())
         emitted = None
         if sources.store:
-            store_path = root / "store.sqlite"
-            store_path.write_bytes(gzip.decompress((folder / sources.store).read_bytes()))
-            store = Store(store_path)
-            try:
+            with read_store(folder / sources.store) as store:
                 emit.emit(store, root)
-            finally:
-                store.close()
             emitted = json.loads(path.read_text())
         built = emitted or swept
     tunings = [json.loads(gzip.decompress((folder / name).read_bytes())) for name in sources.tunings]

@@ -35,7 +35,7 @@ from search.errors import UserError
 from search.policy import Policy, features
 from search.reward import reward
 from search.candidate_space import point_of
-from search.store import Store
+from search.store import Store, is_store_file, read_store
 from search.table_select import read_sweep
 
 Measurement = tuple[Problem, Candidate, float]  # a problem, a measured candidate, its reward
@@ -79,20 +79,17 @@ def measurements_of(store: Store, run_id: str | None = None) -> list[Measurement
 
 
 def from_store(path: Path) -> list[Measurement]:
-    """The config evaluations of the search store at `path`, with their stored rewards."""
-    store = Store(path, readonly=True)
-    try:
+    """The config evaluations of the search store at `path` (or its .gz), with their stored rewards."""
+    with read_store(path) as store:
         return measurements_of(store)
-    finally:
-        store.close()
 
 
 def load(paths: list[Path]) -> list[Measurement]:
-    """Measurements from sweep files (.json / .json.gz) and search stores (.sqlite / .db); UserError naming a file
-    that is neither."""
+    """Measurements from sweep files (.json / .json.gz) and search stores (.sqlite / .db, or their .gz); UserError
+    naming a file that is neither."""
     out: list[Measurement] = []
     for path in map(Path, paths):
-        if path.suffix in (".sqlite", ".db"):
+        if is_store_file(path):
             out += from_store(path)  # StoreError names what is wrong with a store
             continue
         try:

@@ -28,12 +28,10 @@ GPU-minute of the runs' own time.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +43,7 @@ from search.candidate import OK, Problem
 from search.errors import UserError
 from search.loop import RunArgs, Search
 from search.policy import Policy
-from search.store import Store
+from search.store import Store, read_store
 from search.table_select import read_sweep
 from studies.budget_curves import evals_to_reach, plot, summary_rows, target_table
 
@@ -340,26 +338,20 @@ def reanalyse(doc: dict, store_dir: Path) -> dict:
     every run the stores hold complete: the same verdicts, counted by the current `best_by_problem`."""
     settings = doc["settings"]
     by_problem: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(settings["seeds"]):
-            for name, problems in problem_sets(settings["shapes"], seed, settings["decode_max_m"],
-                                               settings["sets"]).items():
-                for proposer in settings["proposers"]:
-                    path = store_path(store_dir, name, proposer, seed)
-                    if not path.exists() and path.with_suffix(".sqlite.gz").exists():
-                        path = Path(tmp) / path.name
-                        path.write_bytes(gzip.decompress(store_path(store_dir, name, proposer, seed)
-                                                         .with_suffix(".sqlite.gz").read_bytes()))
-                    if not path.exists():
-                        continue
-                    store = Store(path, readonly=True)
-                    try:
-                        run = store.runs()[0]
-                        if store.evaluation_count(run["id"]) >= settings["per_problem"] * len(problems):
-                            by_problem.setdefault(name, {}).setdefault(proposer, []).append(
-                                best_by_problem(store, run["id"], problems, settings["per_problem"]))
-                    finally:
-                        store.close()
+    for seed in range(settings["seeds"]):
+        for name, problems in problem_sets(settings["shapes"], seed, settings["decode_max_m"],
+                                           settings["sets"]).items():
+            for proposer in settings["proposers"]:
+                path = store_path(store_dir, name, proposer, seed)
+                if not path.exists():
+                    path = path.with_suffix(".sqlite.gz")
+                if not path.exists():
+                    continue
+                with read_store(path) as store:
+                    run = store.runs()[0]
+                    if store.evaluation_count(run["id"]) >= settings["per_problem"] * len(problems):
+                        by_problem.setdefault(name, {}).setdefault(proposer, []).append(
+                            best_by_problem(store, run["id"], problems, settings["per_problem"]))
     return analyse({**doc, "by_problem": by_problem, "curves_from": str(store_dir)}, settings["proposers"])
 
 

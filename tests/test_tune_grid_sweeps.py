@@ -117,3 +117,38 @@ def test_missing_only_tunes_what_the_base_lacks():
     assert [tune_grid.wanted(p, args, base) for p in (have, lack)] == [False, True]
     args.missing_only = False
     assert [tune_grid.wanted(p, args, base) for p in (have, lack)] == [True, True]
+
+
+def test_a_search_stores_fastest_kernels_are_candidates_too(tmp_path):
+    """A search store (plain or gzip) feeds the tuner like a sweep: per problem the fastest correct config kernels
+    that beat the judge's cuBLASLt-autotune (the median of the problem's baselines)."""
+    import statistics
+
+    from search.candidate import Problem
+    from search.loop import RunArgs, Search
+    from search.simulate import SimulatedBackend
+    from search.store import Store
+
+    tune_grid = load_tune_grid()
+    problems = [Problem("nt", "fp16", 1, 4096, 4096), Problem("nt", "fp16", 1024, 1024, 64)]
+    path = tmp_path / "s.sqlite"
+    store = Store(path)
+    search = Search.start(store, SimulatedBackend(seed=0), RunArgs(policy="random", budget_evals=40, max_builds=0),
+                          problems)
+    search.run()
+    expected = {}
+    for p in problems:
+        rows = [r for r in store.evaluations() if r["problem_key"] == p.key and r["status"] == "ok"]
+        base = statistics.median(r["baseline_us"] for r in rows)
+        fast = sorted((r["us"], store.candidate(r["candidate_id"])) for r in rows if r["us"] < base)
+        kernels = list(dict.fromkeys((c.kernel_name, Knobs(*c.knobs)) for _, c in fast))[:2]
+        if kernels:
+            expected[p.key] = kernels
+    store.close()
+    assert expected, "the simulated search found nothing faster than its baseline: pick other problems"
+    zipped = tmp_path / "s.sqlite.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    for source in (path, zipped):
+        found = tune_grid.sweep_kernels([source], top=2)
+        assert {k: v for k, v in found.items() if k in expected} == expected
+        assert all(k.startswith("nt_bf16_") for k in set(found) - set(expected))   # the dtype twins
