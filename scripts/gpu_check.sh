@@ -23,7 +23,7 @@
 # bench-kernel and bench-llm, whose kernel-mode figures are the headline (docs/EVALUATION.md: back-to-back replays
 # with PDL overstate small problems).
 # tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, NN/NT, $TUNE_DTYPES, into
-# OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files (any GPU's) whose fastest kernels per problem are timed too;
+# OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files and search stores (any GPU's) whose fastest kernels per problem are timed too;
 # $TUNE_MIN_LOG2_MNK / $TUNE_MAX_LOG2_MNK, only problems above / up to that size, the base table's ($TUNE_BASE, default
 # the committed table; OUT_DIR's own table to tune it in parts) entries kept for the rest; $TUNE_BUDGET_S, no problem started after that; $TUNE_MISSING_ONLY=1, only problems the base table lacks; $TUNE_GRID_UP_TO, every kernel at each knob
 # variant on problems up to that size), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's

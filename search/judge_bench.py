@@ -7,7 +7,7 @@ rounds: baselines and binary checks reused). Prints the judge's start-up time, e
 the verdicts by status, and the verdict, time and compute floor of each re-checked (kernel, knobs, problem) that an
 earlier judge called SUSPICIOUS (an honest library kernel below the compute floor, or a wall clock over the bound).
 
-    CUDA_VISIBLE_DEVICES=0 python -m search.judge_bench [--per-problem 6] [--json out.json] [--profile out.txt]
+    CUDA_VISIBLE_DEVICES=0 python -m search.judge_bench [--per-problem 4] [--json out.json] [--profile out.txt]
 
 `--profile` then judges the same work once more in this process (the judge's code, `GpuEvaluator`, with candidates
 still run by their own runner processes) under cProfile, and writes where the judge's time goes: the seconds spent
@@ -30,6 +30,7 @@ from search.candidate import OK, UNSUPPORTED, Candidate, Problem
 from search.candidate_space import check
 from search.compile_farm import installed_kernels
 from search.evaluator import EvaluatorPool
+from search.loop import RunArgs
 
 PROBLEMS = [Problem("nt", "fp16", m, n, k) for m, n, k in (
     (128, 128, 64), (1024, 128, 64), (512, 64, 256), (64, 256, 2048), (1024, 64, 1024), (128, 4096, 256),
@@ -111,7 +112,9 @@ def timed_pass(pool: EvaluatorPool, work: list) -> tuple[float, list]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m search.judge_bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--per-problem", type=int, default=6, help="installed kernels per problem (default 6)")
+    parser.add_argument("--per-problem", type=int, default=RunArgs.per_round,
+                        help=f"installed kernels per problem, one batch (default {RunArgs.per_round}: a search round's "
+                             "proposals per problem, so the rate is a search's)")
     parser.add_argument("--json", type=Path, help="also write the figures and verdicts here")
     parser.add_argument("--profile", type=Path, help="also profile the judge in this process; the phases go here")
     args = parser.parse_args()
