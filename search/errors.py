@@ -8,3 +8,13 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """A bad input (argument, file, store, environment variable); the message names it and says what is supported."""
+
+
+def run_command(main) -> None:
+    """Runs a command's `main()` (-> exit status) as a script: a UserError is one line on stderr and exit status 2."""
+    import sys  # noqa: PLC0415
+    try:
+        raise SystemExit(main())
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

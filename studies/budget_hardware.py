@@ -40,7 +40,7 @@ from cudal2_testing.measure.summary import geomean, markdown_table
 from search import warm_start
 from search.backends.memo import MemoBackend
 from search.candidate import OK, Problem
-from search.errors import UserError
+from search.errors import UserError, run_command
 from search.loop import RunArgs, Search
 from search.policy import Policy
 from search.store import Store, read_store
@@ -330,6 +330,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--proposers take {', '.join(PROPOSERS)}; --sets take g1000, llm_decode")
     if not args.render and args.store_dir is None:
         parser.error("--store-dir is required (except with --render)")
+    missing = [str(p) for p in args.warm_from if not p.is_file()]
+    if missing:
+        parser.error(f"--warm-from: no such file: {', '.join(missing)}")
     return args
 
 
@@ -377,8 +380,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_command(main)

@@ -41,7 +41,7 @@ from studies.budget_curves import plot, reach_rows, summary_rows, target_table
 from search import warm_start
 from search.backends.replay import ReplayBackend
 from search.candidate import Problem
-from search.errors import UserError
+from search.errors import UserError, run_command
 from search.loop import RunArgs, Search
 from search.policy import Policy
 from search.store import Store
@@ -210,8 +210,4 @@ def render(doc: dict, out: Path) -> str:
     return text
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    run_command(main)

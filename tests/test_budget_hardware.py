@@ -160,6 +160,9 @@ def test_bootstrap_of_a_policy_equal_to_random_gives_ratio_one():
     assert boot["vs_random"]["rl"]["reach"] == [3, 3] and boot["vs_random"]["rl"]["within_third"] == 0.0
 
 
-def test_unknown_proposers_are_refused():
+def test_unknown_proposers_and_missing_warm_start_files_are_refused(capsys):
     with pytest.raises(SystemExit):
         budget_hardware.parse(["--out", "x.json", "--store-dir", "d", "--proposers", "genetic"])
+    with pytest.raises(SystemExit):
+        budget_hardware.parse(["--out", "x.json", "--store-dir", "d", "--warm-from", "/nonexistent/sweep.json"])
+    assert "no such file: /nonexistent/sweep.json" in capsys.readouterr().err
