@@ -152,6 +152,13 @@ def batches(requests: list[tuple[Candidate, Problem, str]], size: int) -> list[l
     return out
 
 
+def largest_first(batches_: list[list[int]], requests: list[tuple[Candidate, Problem, str]]) -> list[list[int]]:
+    """The batches in decreasing problem size (M*N*K; stable for equal sizes): a large problem's batch takes seconds,
+    and handed out last it kept the other GPUs idle at the end of every round (21-31 s of a 60-80 s round of 400
+    evaluations on 4 H200s). Verdicts are stored as they arrive and counted by the study in proposal order."""
+    return sorted(batches_, key=lambda b: -math.prod((requests[b[0]][1].m, requests[b[0]][1].n, requests[b[0]][1].k)))
+
+
 class EvaluatorPool:
     """Evaluates (candidate, problem) pairs on one worker per GPU; `artifacts` maps build keys to shared libraries.
 
@@ -213,11 +220,12 @@ class EvaluatorPool:
 
     def evaluate_iter(self, requests: list[tuple[Candidate, Problem, str]]) -> Iterator[tuple[int, EvalResult]]:
         """(request index, verdict) of (candidate, problem, shared library path) triples, each as soon as its worker
-        answers (in request order on one GPU). Leaving the iteration early stops handing out batches; those in
+        answers (batches of larger problems first, `largest_first`; a batch's candidates in request order). Leaving
+        the iteration early stops handing out batches; those in
         flight finish first. The candidates of a batch after one that crashed or hung its worker go back to the
         front of the queue. An error of the pool itself (not a candidate's: those are verdicts) is raised here."""
         size = max(1, min(self.batch, math.ceil(len(requests) / len(self.workers))))  # every worker gets work
-        todo = collections.deque(batches(requests, size))
+        todo = collections.deque(largest_first(batches(requests, size), requests))
         answers: queue.Queue[tuple[int, EvalResult] | BaseException | None] = queue.Queue()
         stop = threading.Event()
 

@@ -196,3 +196,13 @@ def test_a_runner_that_cannot_close_or_map_its_regions_is_killed():
     judge.kept_runner = idle = FakeRunner()
     judge._drop_kept_runner()
     assert judge.kept_runner is None and idle.calls == ["close"]
+
+
+def test_batches_of_larger_problems_are_handed_out_first():
+    """A round's largest problems go first, so the GPUs do not wait at its end for one that took them last; a
+    problem's own requests keep their order."""
+    from search.evaluator import batches, largest_first
+
+    small, large = Problem("nt", "fp16", 64, 64, 64), Problem("nt", "fp16", 8192, 8192, 8192)
+    requests = [(Candidate(config=f"k{i}"), p, "lib") for i, p in enumerate([small, small, large, large, small])]
+    assert largest_first(batches(requests, 8), requests) == [[2, 3], [0, 1], [4]]
