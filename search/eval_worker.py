@@ -30,7 +30,8 @@ Per candidate, PDL off (CUDAL2_DISABLE_PDL=1 here and in the runner, which repor
    `search.baseline_cache`);
 2. the correctness checks through the runner (random seeds, exact integers at large and at small K, NaN-poisoned
    output with guard bands around every operand and the workspace), each call a device-wide synchronize in the
-   runner so a fault is caught at its call;
+   runner so a fault is caught at its call; the checks' inputs and references are made once per batch (the runner
+   works on copies of them, so no candidate can change what the next is checked against);
 3. the stream check: the runner's stream waits behind this process's stream while it sleeps and writes new inputs;
    work that ran on any other stream (legacy default, per-thread, private) read the old inputs. This check and the
    small-K exact check test the binary, not the problem: they run once per (library content, kernel, layout, dtype)
@@ -141,6 +142,7 @@ class GpuEvaluator:
         self.binary_checks = BinaryChecks()
         self.spin_cycles: int | None = None   # the brackets' spin, as the last candidate's bracket left it
         self.kept_runner = None   # the last batch's runner, kept after a config candidate passed (no regions mapped)
+        self.check_memo: dict | None = None   # the batch's check inputs and references (its candidates run elsewhere)
         self.environment = kernel_timing.environment()
         self.environment["arch"] = self.environment["capability"][0] * 10 + self.environment["capability"][1]
         known_peak = os.environ.get(PEAK_ENV)
@@ -215,7 +217,7 @@ class GpuEvaluator:
         """Every check on this problem, but the binary's own (small-K exact, stream) where the binary passed them
         before (`search.binary_checks`)."""
         checks, shape, known = self.checks, (problem.m, problem.n, problem.k), self.binary_checks
-        ctx = checks.CheckContext()
+        ctx = checks.CheckContext(memo=self.check_memo)
         probe = self.random_inputs(shape, problem.layout, dtype, False, 7, ctx.device)
         impl(probe[0], probe[1], None, self.torch.empty(problem.m, problem.n, device="cuda", dtype=dtype))
         small_k_runs = self.integer_value_bound(problem.k) is not None   # else the check passes without a call
@@ -451,6 +453,7 @@ class GpuEvaluator:
             doc = {"fingerprint": self.fingerprint, "problem": problem.key, "calls": calls, "seeds": seeds,
                    "us": base_us, "wall_us": base_wall}
         runner = self._kept_runner_for(regions, timeout)
+        self.check_memo = {}   # every candidate of the batch is checked on the same inputs: references made once
         for entry in request["candidates"]:
             cand = Candidate.from_json(entry["candidate"])
             try:
@@ -463,6 +466,7 @@ class GpuEvaluator:
         # (after RunnerDied the regions are left to the process's exit: a stream may wait on the dead runner)
         if runner is not None:   # a config candidate passed last: the runner is kept for the next batch
             self._keep_runner(runner)
+        self.check_memo = None
         del sets
         for region in regions:
             region.close()

@@ -300,3 +300,28 @@ def test_sanitize_command_and_classification():
     assert script.classify(1, "Segmentation fault")["status"] == "failed"
     assert script.classify(None, clean)["status"] == "failed"
     assert "log_tail" in script.classify(1, "boom") and "log_tail" not in script.classify(0, clean)
+
+
+def test_a_kept_memo_makes_each_checks_inputs_and_references_once(monkeypatch):
+    """The search's judge checks a batch's candidates on the same inputs: with a memo the references (fp32, the
+    baseline's output, the exact sums) are made once per problem; without one, every call makes its own."""
+    from cudal2_testing.correctness import checks
+
+    made = []
+    real = checks.reference
+    monkeypatch.setattr(checks, "reference", lambda *a, **k: made.append(1) or real(*a, **k))
+
+    def impl(a, b, bias, out):
+        return out.copy_((a.float() @ b.float().t()).to(out.dtype))
+
+    shape, dtype = (16, 8, 32), torch.float16
+    memo_ctx = checks.CheckContext(device=torch.device("cpu"), memo={})
+    for _ in range(3):
+        assert checks.check_random(impl, shape, "nt", dtype, memo_ctx).passed
+        assert checks.check_exact(impl, shape, "nt", dtype, memo_ctx).passed
+    assert len(made) == len(memo_ctx.seeds) and len(memo_ctx.memo) == len(memo_ctx.seeds) + 1
+    made.clear()
+    plain = checks.CheckContext(device=torch.device("cpu"))
+    for _ in range(2):
+        checks.check_random(impl, shape, "nt", dtype, plain)
+    assert len(made) == 2 * len(plain.seeds)

@@ -45,9 +45,21 @@ class CheckContext:
     baseline: Impl | None = None       # None: baseline_impl (cuBLASLt on CUDA, torch on the CPU)
     seeds: tuple[int, ...] = (0, 1, 2)
     device: torch.device = field(default_factory=default_device)
+    # Inputs and their references kept for the next impl checked on the same problem (None: made afresh each time).
+    # Only for impls that cannot write the caller's tensors (the search's judge, whose candidates run in another
+    # process on copies); it keeps one per batch of one problem's candidates.
+    memo: dict | None = None
 
     def baseline_for(self, layout: str) -> Impl:
         return self.baseline if self.baseline is not None else baseline_impl(layout, self.device)
+
+    def kept(self, key: tuple, make: Callable[[], tuple]) -> tuple:
+        """make(), once per key while a memo is kept."""
+        if self.memo is None:
+            return make()
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
 
 def _result(name: str, shape, layout: str, dtype: torch.dtype, passed: bool, detail: str) -> CheckResult:
@@ -59,22 +71,35 @@ def _poisoned_out(shape, dtype: torch.dtype, device) -> torch.Tensor:
     return torch.full((m, n), float("nan"), dtype=dtype, device=device)
 
 
-def _accuracy(impl_out: torch.Tensor, a, b, bias, layout: str, dtype, baseline: Impl) -> tuple[bool, str]:
-    """Both accuracy criteria for one result, the baseline run on contiguous copies of the same inputs."""
+def _reference_and_baseline(a, b, bias, layout: str, dtype, baseline: Impl) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the fp32 reference, the baseline's output on contiguous copies) of one set of inputs."""
     ref = reference(a, b, layout, bias)
     m, n = ref.shape
     base_out = baseline(a.contiguous(), b.contiguous(), None if bias is None else bias.contiguous(),
                         torch.empty((m, n), dtype=dtype, device=a.device))
+    return ref, base_out
+
+
+def _accuracy(impl_out: torch.Tensor, a, b, bias, layout: str, dtype, baseline: Impl) -> tuple[bool, str]:
+    """Both accuracy criteria for one result, the baseline run on contiguous copies of the same inputs."""
+    ref, base_out = _reference_and_baseline(a, b, bias, layout, dtype, baseline)
     return within_tolerance(error_stats(impl_out, ref), error_stats(base_out, ref), dtype)
+
+
+def _random_case(shape, layout: str, dtype: torch.dtype, ctx: CheckContext, seed: int) -> tuple:
+    """(a, b, bias, fp32 reference, the baseline's output) of one seed's randn inputs."""
+    a, b, bias = random_inputs(shape, layout, dtype, ctx.with_bias, seed, ctx.device)
+    return (a, b, bias) + _reference_and_baseline(a, b, bias, layout, dtype, ctx.baseline_for(layout))
 
 
 def check_random(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckContext) -> CheckResult:
     """Fresh randn inputs per seed: relative and max-abs error within tolerance on every seed."""
     details = []
     for seed in ctx.seeds:
-        a, b, bias = random_inputs(shape, layout, dtype, ctx.with_bias, seed, ctx.device)
+        a, b, bias, ref, base_out = ctx.kept(("random", tuple(shape), layout, dtype, ctx.with_bias, seed),
+                                             lambda: _random_case(shape, layout, dtype, ctx, seed))
         out = impl(a, b, bias, _poisoned_out(shape, dtype, ctx.device))
-        ok, detail = _accuracy(out, a, b, bias, layout, dtype, ctx.baseline_for(layout))
+        ok, detail = within_tolerance(error_stats(out, ref), error_stats(base_out, ref), dtype)
         if not ok:
             return _result("random", shape, layout, dtype, False, f"seed {seed}: {detail}")
         details.append(detail)
@@ -83,8 +108,10 @@ def check_random(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckC
 
 def check_exact(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckContext) -> CheckResult:
     """0/1 inputs: every output equals dtype(round(exact sum)) bit for bit (fp16 accumulation fails)."""
-    a, b, bias = exact_inputs(shape, layout, dtype, ctx.with_bias, ctx.seeds[0], ctx.device)
-    return _exact_result("exact", impl, a, b, bias, shape, layout, dtype, ctx)
+    a, b, bias, expected = ctx.kept(("exact", tuple(shape), layout, dtype, ctx.with_bias, ctx.seeds[0]),
+                                    lambda: _exact_case(exact_inputs(shape, layout, dtype, ctx.with_bias,
+                                                                     ctx.seeds[0], ctx.device), layout))
+    return _exact_result("exact", impl, a, b, bias, expected, shape, layout, dtype, ctx)
 
 
 def check_exact_small_k(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx: CheckContext) -> CheckResult:
@@ -93,14 +120,22 @@ def check_exact_small_k(impl: Impl, shape, layout: str, dtype: torch.dtype, ctx:
     v = integer_value_bound(shape[2])
     if v is None:
         return _result("exact_small_k", shape, layout, dtype, True, f"K={shape[2]} is deep enough for the 0/1 check")
-    a, b, bias = integer_inputs(shape, layout, dtype, ctx.with_bias, ctx.seeds[0], ctx.device, v)
-    return _exact_result("exact_small_k", impl, a, b, bias, shape, layout, dtype, ctx)
+    a, b, bias, expected = ctx.kept(("exact_small_k", tuple(shape), layout, dtype, ctx.with_bias, ctx.seeds[0], v),
+                                    lambda: _exact_case(integer_inputs(shape, layout, dtype, ctx.with_bias,
+                                                                       ctx.seeds[0], ctx.device, v), layout))
+    return _exact_result("exact_small_k", impl, a, b, bias, expected, shape, layout, dtype, ctx)
 
 
-def _exact_result(name: str, impl: Impl, a, b, bias, shape, layout: str, dtype: torch.dtype,
+def _exact_case(inputs: tuple, layout: str) -> tuple:
+    """(a, b, bias, dtype(round(exact sum))) of exact-integer operands."""
+    a, b, bias = inputs
+    return a, b, bias, exact_expected(a, b, layout, bias)
+
+
+def _exact_result(name: str, impl: Impl, a, b, bias, expected, shape, layout: str, dtype: torch.dtype,
                   ctx: CheckContext) -> CheckResult:
-    """Runs `impl` on exact-integer operands and compares every output with dtype(round(exact sum)) bit for bit."""
-    expected = exact_expected(a, b, layout, bias)
+    """Runs `impl` on exact-integer operands and compares every output with `expected`, dtype(round(exact sum)),
+    bit for bit."""
     out = impl(a, b, bias, _poisoned_out(shape, dtype, ctx.device))
     peak = float(expected.float().max()) if expected.numel() else 0.0
     note = f"max exact sum {peak:g}" + ("" if peak > 2048 else " (<= 2048: accumulation precision not exercised)")
