@@ -436,6 +436,7 @@ class GpuEvaluator:
         doc = request.get("baseline")
         if not baseline_cache.valid(doc, self.fingerprint, problem.key, cases):
             doc = None
+            self._drop_kept_runner()   # no candidate's process exists while the baseline is sized and timed
         m, n, k = problem.m, problem.n, problem.k
         calls = int(doc["calls"]) if doc else jt.TimingSets.calls_for(m, n, k, dtype,
                                                                       self._baseline_estimate_us(problem, dtype))
@@ -448,7 +449,6 @@ class GpuEvaluator:
         seeds = baseline_cache.case_seeds(problem.key, cases)
         timeout = max(5.0, float(request.get("timeout_s", 300.0)) / 3)
         if doc is None:
-            self._drop_kept_runner()   # no candidate's process exists while the baseline is timed
             base_us, base_wall = self._baselines(sets, seeds)
             doc = {"fingerprint": self.fingerprint, "problem": problem.key, "calls": calls, "seeds": seeds,
                    "us": base_us, "wall_us": base_wall}
