@@ -208,6 +208,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     judge-bench) stage judge_bench "$PY" -m search.judge_bench --json "$OUT_DIR/judge_bench.json" \
                    --profile "$OUT_DIR/judge_profile.txt"
                  stage judge_tests "$PY" -m pytest -q -m gpu tests/gpu/test_search_judge_recheck_gpu.py \
+                   tests/gpu/test_search_judge_reuse_gpu.py \
                    tests/gpu/test_search_cheats_gpu.py tests/gpu/test_search_evaluator_gpu.py \
                    tests/gpu/test_search_throughput_gpu.py --no-header -rfE ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
