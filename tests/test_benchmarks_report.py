@@ -131,3 +131,20 @@ def test_kernel_after_rows_get_their_own_section(tmp_path):
     report.main([str(path)])
     md = path.with_suffix(".md").read_text()
     assert "### kernel mode" in md and "### kernel_after mode" in md
+
+
+def test_figures_are_saved_as_palette_pngs(tmp_path):
+    """Results folders keep figures as 256-colour palette PNGs (a third of matplotlib's RGBA size)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from cudal2_testing.measure.figures import save_png
+
+    fig, ax = plt.subplots()
+    ax.plot(range(100), [x * x for x in range(100)], "o-")
+    save_png(fig, tmp_path / "f.png")
+    plt.close(fig)
+    with Image.open(tmp_path / "f.png") as image:
+        assert image.mode == "P" and image.format == "PNG" and image.size[0] > 100
