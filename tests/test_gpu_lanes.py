@@ -1,0 +1,40 @@
+"""scripts/gpu_lanes.sh: gpu_check stages in parallel lanes of one multi-GPU host (CPU: a stand-in stage runner)."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+STAND_IN = """#!/usr/bin/env bash
+out=$1; shift
+mkdir -p "$out"
+echo "gpus=$CUDA_VISIBLE_DEVICES keep=${KEEP_DIR:-} dtypes=${TUNED_DTYPES:-} stages=$*" >> "$out/summary.txt"
+"""
+
+
+def lanes(tmp_path: Path, *specs: str) -> subprocess.CompletedProcess:
+    runner = tmp_path / "gpu_check_stand_in.sh"
+    runner.write_text(STAND_IN)
+    runner.chmod(0o755)
+    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP_DIR": str(tmp_path / "keep")}
+    env.pop("TUNED_DTYPES", None)
+    return subprocess.run(["bash", str(REPO / "scripts" / "gpu_lanes.sh"), str(tmp_path / "out"), *specs],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_each_lane_runs_its_stages_on_its_gpus_with_its_settings(tmp_path):
+    done = lanes(tmp_path, "0,1,2:budget-hw", "3:TUNED_DTYPES=fp16 judge-bench bench-tuned")
+    assert done.returncode == 0, done.stderr
+    lane0 = (tmp_path / "out" / "lane0" / "summary.txt").read_text()
+    lane1 = (tmp_path / "out" / "lane1" / "summary.txt").read_text()
+    assert f"gpus=0,1,2 keep={tmp_path / 'keep' / 'lane0'} dtypes= stages=budget-hw" in lane0
+    assert f"gpus=3 keep={tmp_path / 'keep' / 'lane1'} dtypes=fp16 stages=judge-bench bench-tuned" in lane1
+    assert "== lane 1 (3:TUNED_DTYPES=fp16 judge-bench bench-tuned)" in done.stdout
+
+
+def test_a_lane_without_gpus_or_stages_is_refused(tmp_path):
+    for spec in ("budget-hw", ":budget-hw", "0:"):
+        done = lanes(tmp_path, spec)
+        assert done.returncode == 2 and "expected GPUS:STAGE" in done.stderr, (spec, done.stderr)
