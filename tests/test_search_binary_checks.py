@@ -55,7 +55,8 @@ def fake_judge(fail: str = "") -> tuple[GpuEvaluator, list[str]]:
         return run
 
     judge = object.__new__(GpuEvaluator)
-    judge.checks = types.SimpleNamespace(CheckContext=lambda: types.SimpleNamespace(device="cpu"),
+    judge.check_memo = None
+    judge.checks = types.SimpleNamespace(CheckContext=lambda memo: types.SimpleNamespace(device="cpu", memo=memo),
                                          **{f"check_{n}": check(n) for n in
                                             ("random", "exact", "exact_small_k", "guards", "stream")})
     judge.random_inputs = lambda *args: (None, None, None)
