@@ -35,7 +35,7 @@ DEFAULT_MARGIN = 0.03   # a kernel must beat the best cuBLASLt configuration by 
 RETIME_TOP = 5          # the fastest configurations timed again, longer, before one is chosen
 RETIME_ROUNDS = 3       # interleaved rounds of that re-timing (each candidate's median over the rounds)
 REL_TOL = {"fp16": 1e-3, "bf16": 8e-3}
-KERNEL_MODES = ("table", "all", "grid", "none")  # which kernels are timed beside cuBLASLt (kernel_candidates)
+KERNEL_MODES = ("table", "knobs", "all", "grid", "none")  # which kernels are timed beside cuBLASLt (kernel_candidates)
 
 
 def read_problems(path: Path) -> list[Problem]:
@@ -199,11 +199,13 @@ def _runnable_on(layout: str, dtype: str, family: str | None, cc: int, libraries
 
 def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None,
                       extra: list[tuple[str, Knobs]] = ()) -> list[tuple[str, Knobs]]:
-    """Kernels to time for `problem`: none; the base table's kernel for it ("table"); every loaded kernel of the
-    problem's layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all"); or those at
-    their default knobs and at each variant of their family's knob grid for the problem (split counts and the like:
-    "grid", what a sweep times). In every mode but "none" the `extra` kernels (e.g. a sweep's fastest on this problem)
-    are added where they are among those runnable kernels."""
+    """Kernels to time for `problem`: none; the base table's kernel for it ("table"); those and the `extra` ones at
+    each variant of their family's knob grid too ("knobs": their swizzle, raster and split neighbourhood, which on
+    the H200's largest G1000 problems was worth 8% over the default knobs); every loaded kernel of the problem's
+    layout and dtype that runs on this GPU, with default knobs, plus the base table's ("all"); or those at their
+    default knobs and at each variant of their knob grid (split counts and the like: "grid", what a sweep times). In
+    every mode but "none" the `extra` kernels (e.g. a sweep's or a search's fastest on this problem) are added where
+    they are among those runnable kernels."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"kernel mode must be one of {KERNEL_MODES}, got {mode!r}")
     if mode == "none":
@@ -215,6 +217,10 @@ def kernel_candidates(problem: Problem, mode: str, base_entry: dict | None,
     if base_entry and base_entry.get("kernel"):
         found.append((base_entry["kernel"], Knobs.from_dict(base_entry)))
     found += [(name, knobs) for name, knobs in extra if name in runnable and (name, knobs) not in found]
+    if mode == "knobs":
+        for name in dict.fromkeys(name for name, _ in found):
+            variants = [DEFAULT_KNOBS] + knob_grid(name, problem.m, problem.n, problem.k)
+            found += [(name, knobs) for knobs in variants if (name, knobs) not in found]
     if mode in ("all", "grid"):
         for name in runnable:
             variants = [DEFAULT_KNOBS] + (knob_grid(name, problem.m, problem.n, problem.k) if mode == "grid" else [])
@@ -397,9 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=Path, help="table whose entries are kept for problems not tuned here "
                         "(default: --out when it exists)")
     parser.add_argument("--kernels", choices=KERNEL_MODES, default="all",
-                        help="kernels timed beside cuBLASLt: the loaded table's kernel for the problem, every loaded "
-                        "kernel of its layout and dtype (default), those at each split and knob variant too (grid: "
-                        "slower, finds more on small problems), or none")
+                        help="kernels timed beside cuBLASLt: the loaded table's kernel for the problem (table), that "
+                        "kernel at each split and knob variant (knobs), every loaded kernel of its layout and dtype "
+                        "(all, the default), those at each split and knob variant too (grid: slower, finds more on "
+                        "small problems), or none")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                         help="a kernel must beat the best cuBLASLt configuration by this fraction (default 0.03)")
     parser.add_argument("--no-progress", action="store_true")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -100,12 +101,15 @@ def wanted(problem: tune.Problem, args: argparse.Namespace, base_entries: dict) 
             not (args.missing_only and problem.key in base_entries))
 
 
-def modes_of(problems: list[tune.Problem], grid_up_to: float | None) -> list[tuple[str, list[tune.Problem]]]:
-    """(kernel mode, problems) parts of a size-sorted problem list: "grid" for those up to 2^grid_up_to, "table" for
-    the rest; empty parts left out."""
-    limit = 2 ** grid_up_to if grid_up_to is not None else 0
-    parts = [("grid", [p for p in problems if p.m * p.n * p.k <= limit]),
-             ("table", [p for p in problems if p.m * p.n * p.k > limit])]
+def modes_of(problems: list[tune.Problem], grid_up_to: float | None,
+             knobs_from: float | None = None) -> list[tuple[str, list[tune.Problem]]]:
+    """(kernel mode, problems) parts of a size-sorted problem list: "grid" for those up to 2^grid_up_to, "knobs" for
+    those above 2^knobs_from, "table" for the rest; empty parts left out."""
+    low = 2 ** grid_up_to if grid_up_to is not None else 0
+    high = 2 ** knobs_from if knobs_from is not None else math.inf
+    parts = [("grid", [p for p in problems if p.m * p.n * p.k <= low]),
+             ("table", [p for p in problems if low < p.m * p.n * p.k <= high]),
+             ("knobs", [p for p in problems if p.m * p.n * p.k > max(low, high)])]
     return [(mode, part) for mode, part in parts if part]
 
 
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid-up-to", type=float, help="problems with log2(M*N*K) up to this also time every loaded "
                         "kernel at each variant of its knob grid (tune's 'grid' mode; the others: the table's kernel "
                         "and the sweeps')")
+    parser.add_argument("--knobs-from", type=float, help="problems with log2(M*N*K) above this time the table's and "
+                        "the sweeps' kernels at each variant of their knob grid too (tune's 'knobs' mode)")
     parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
                         "file lists those left); problems run smallest first")
     args = parser.parse_args(argv)
@@ -166,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 problems = sorted((p for p in problems_of(shape_set, layout, dtype, args.sample, args.seed)
                                    if wanted(p, args, base_entries)),
                                   key=lambda p: p.m * p.n * p.k)
-                for mode, part in modes_of(problems, args.grid_up_to):
+                for mode, part in modes_of(problems, args.grid_up_to, args.knobs_from):
                     t0 = time.perf_counter()
                     tuned, summary = tune.tune(part, base_entries, mode, args.margin, progress=False,
                                                deadline=deadline, extra_kernels=extra)

@@ -152,3 +152,25 @@ def test_a_search_stores_fastest_kernels_are_candidates_too(tmp_path):
         found = tune_grid.sweep_kernels([source], top=2)
         assert {k: v for k, v in found.items() if k in expected} == expected
         assert all(k.startswith("nt_bf16_") for k in set(found) - set(expected))   # the dtype twins
+
+
+def test_large_problems_time_the_found_kernels_at_every_knob_variant(monkeypatch):
+    """--knobs-from: above that size the table's and the sweeps' kernels are timed at each variant of their knob
+    grid (tune's "knobs" mode; the H200's largest problems gained 8% from swizzle alone), the rest as before."""
+    from cudal2_ops import tune
+
+    tune_grid = load_tune_grid()
+    small, mid, large = (tune.Problem("nt", "fp16", s, s, s) for s in (64, 1024, 8192))
+    assert tune_grid.modes_of([small, mid, large], 24, 36) == [("grid", [small]), ("table", [mid]),
+                                                                ("knobs", [large])]
+    assert tune_grid.modes_of([small, mid, large], None, 36) == [("table", [small, mid]), ("knobs", [large])]
+    kernel = "sm90_tma_ws_fp16_nt_128x256x64_s0_c2x1_coop_persistent"
+    other = "sm90_tma_ws_fp16_nt_128x128x64_s0_c1x2_pingpong_persistent"
+    monkeypatch.setattr(tune, "runnable_kernels", lambda layout, dtype, family=None: [kernel, other])
+    base = {"kernel": kernel, "splits": 0, "swizzle": 0, "raster": 0}
+    found = tune.kernel_candidates(large, "knobs", base)
+    assert found[0] == (kernel, Knobs()) and {k.swizzle for n, k in found if n == kernel} >= {1, 2, 4, 8}
+    assert {n for n, _ in found} == {kernel}                     # only the table's kernel and the extra ones
+    with_extra = tune.kernel_candidates(large, "knobs", base, [(other, Knobs(swizzle=2))])
+    assert {n for n, _ in with_extra} == {kernel, other} and len(with_extra) > len(found)
+    assert tune.kernel_candidates(large, "table", base) == [(kernel, Knobs())]
