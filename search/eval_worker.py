@@ -401,7 +401,9 @@ class GpuEvaluator:
             cand_us, errs = [], []
             bracket = jt.Bracket(runner, self.spin_cycles)
             self._capture(runner, sets, specs)
-            overhead_us = bracket.overhead_us()   # (each bracket waits for this process's GPU work first)
+            if runner.overhead_us is None:   # the empty bracket: once per runner and batch (no kernel in it)
+                runner.overhead_us = bracket.overhead_us()   # (each bracket waits for this process's GPU work first)
+            overhead_us = runner.overhead_us
             round_trip_s = self._round_trip_s(runner)
             for case, seed in enumerate(seeds):
                 sets.fill(seed)   # (the case's fp32 references: computed for the batch's first candidate only)

@@ -89,6 +89,9 @@ class RunnerClient:
             self.close()
             raise LookupError(ready.get("error", "the runner could not load the kernel"))
         self.kernel = ready["kernel"]
+        # the judge's least empty bracket around this runner's replay (judge_timing.Bracket.overhead_us), measured
+        # by the batch's first candidate: an empty replay holds no kernel, so the batch's later ones share it
+        self.overhead_us: float | None = None
 
     def load(self, library: str, kernel: str) -> None:
         """Has this runner drive `kernel` of `library` next (a batch's next config candidate); LookupError when it
@@ -106,6 +109,7 @@ class RunnerClient:
     def map(self, regions: list[SharedRegion], timeout_s: float) -> None:
         """Gives a runner kept from the previous batch this batch's `regions` and time limit."""
         self.timeout_s = timeout_s
+        self.overhead_us = None   # measured again in each batch
         answer = self.request("map", memory=[r.handle for r in regions])
         if answer.get("error"):
             raise LookupError(answer["error"])
