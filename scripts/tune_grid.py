@@ -1,8 +1,9 @@
 """Regenerates a GPU's shipped measured choices: tunes every problem of the reference grids (G1000 and the LLM
 projection shapes, M = 1 ... 16384) in the given layouts and dtypes with `cudal2_ops.tune` (every cuBLASLt heuristic
 candidate, the table's kernel for the problem, with --sweeps the fastest kernels a sweep or a search store measured
-on it, and with --grid-up-to, on problems up to that size, every loaded kernel at each variant of its knob grid; PDL
-off) and writes the table plus a results file.
+on it, with --grid-up-to, on problems up to that size, every loaded kernel at each variant of its knob grid, and with
+--knobs-from, on problems above that size, those kernels at each variant of theirs; PDL off) and writes the table
+plus a results file.
 
     python scripts/tune_grid.py --shapes g1000,llm --layouts nn,nt --dtypes fp16,bf16 \\
         --base kernels/sm90/nvidia_h100_80gb_hbm3.json --out OUT/nvidia_h100_80gb_hbm3.json --results OUT/tune.json

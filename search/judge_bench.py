@@ -93,14 +93,14 @@ def profile_judge(work: list, cases: int) -> str:
                 request["baseline"] = result.baseline_cases
     profiler.disable()
     wall = time.monotonic() - start
-    stats = pstats.Stats(profiler)
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
     lines = [f"{2 * len(work)} evaluations in {wall:.1f} s in-process ({120 * len(work) / wall:.0f} per minute)", "",
              "phase: cumulative seconds (share of the wall time)"]
     for label, name in PHASES.items():
         seconds = sum(v[3] for k, v in stats.stats.items() if k[2] == name and ("search" in k[0] or "cudal2" in k[0]))
         lines.append(f"  {label}: {seconds:.2f} s ({100 * seconds / wall:.0f}%)")
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
     return "\n".join(lines) + "\n\n" + text.getvalue()
 
 
