@@ -127,9 +127,9 @@ def bootstrap(by_proposer: dict[str, dict[str, list[float]]], reps: int = BOOTST
     for proposer in (p for p in curves if p.startswith("rl")):
         ratios = [c[-1] / r[-1] for c, r in zip(curves[proposer], curves["random"])]
         reach = [evals_to_reach(r[-1], c, START) for c, r in zip(curves[proposer], curves["random"])]
-        reach_sorted = sorted(final + 1 if x is None else x for x in reach)
+        reached = [final + 1 if x is None else x for x in reach]   # (not reached: one past the budget)
         out["vs_random"][proposer] = {"ratio": [percentile(ratios, 0.025), percentile(ratios, 0.975)],
-                                      "reach": [percentile(reach_sorted, 0.025), percentile(reach_sorted, 0.975)],
+                                      "reach": [percentile(reached, 0.025), percentile(reached, 0.975)],
                                       "within_third": sum(x is not None and x <= final / 3 for x in reach) / reps}
     return out
 
