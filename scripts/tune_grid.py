@@ -2,7 +2,8 @@
 projection shapes, M = 1 ... 16384) in the given layouts and dtypes with `cudal2_ops.tune` (every cuBLASLt heuristic
 candidate, the table's kernel for the problem, with --sweeps the fastest kernels a sweep or a search store measured
 on it, with --grid-up-to, on problems up to that size, every loaded kernel at each variant of its knob grid, and with
---knobs-from, on problems above that size, those kernels at each variant of theirs; PDL off) and writes the table
+--knobs-from, on problems above that size, those kernels and the kernels fastest on most measured problems of the
+same size band at each variant of theirs; PDL off) and writes the table
 plus a results file.
 
     python scripts/tune_grid.py --shapes g1000,llm --layouts nn,nt --dtypes fp16,bf16 \\
@@ -31,6 +32,7 @@ from search.store import is_store_file, read_store
 from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_sweep
 
 SWEEP_TOP = 3  # a sweep's fastest kernels per problem that the tuner times beside the table's
+BAND_TOP = 2   # kernels that were fastest most often in a size band, timed on every --knobs-from problem of the band
 
 
 def problems_of(shape_set: str, layout: str, dtype: str, sample: int | None, seed: int) -> list[tune.Problem]:
@@ -87,6 +89,38 @@ def fastest_per_problem(measured: list[Measured], top: int) -> dict[str, list[tu
             found[twin_key] = [(name.replace(f"_{dtype}_", f"_{twin_dtype[dtype]}_", 1), knobs)
                                for name, knobs in kernels]
     return found
+
+
+def band_of(m: int, n: int, k: int) -> int:
+    """The size band of a problem: log2(M*N*K) rounded down to an even number (the reports' buckets)."""
+    return int(math.log2(m * n * k)) // 2 * 2
+
+
+def band_winners(paths: list[Path], top: int = BAND_TOP) -> dict[int, list[str]]:
+    """{size band: the `top` kernels that were a problem's fastest (under its baseline) on most problems of the band}
+    in the sweeps and stores, as name patterns with the layout and dtype left open ("{dtype}_{layout}"). On the
+    H200's largest G1000 problems one kernel at one knob setting won nearly every measured problem, so in knobs mode
+    a band's winners are worth timing on the band's problems no sweep or search measured."""
+    wins: dict[int, dict[str, int]] = {}
+    for measured in measured_by_gpu(paths).values():
+        for key, kernels in fastest_per_problem(measured, 1).items():
+            layout, dtype, m, n, k = parse_key(key)
+            marker = f"_{dtype}_{layout}_"
+            if marker in kernels[0][0]:
+                pattern = kernels[0][0].replace(marker, "_{dtype}_{layout}_", 1)
+                counts = wins.setdefault(band_of(m, n, k), {})
+                counts[pattern] = counts.get(pattern, 0) + 1
+    return {band: sorted(counts, key=lambda name: -counts[name])[:top] for band, counts in wins.items()}
+
+
+def with_band_winners(extra: dict[str, list[tuple[str, tune.Knobs]]], problems: list[tune.Problem],
+                      winners: dict[int, list[str]]) -> dict[str, list[tuple[str, tune.Knobs]]]:
+    """`extra` with each problem's band winners (default knobs; knobs mode times their variants) added to its list."""
+    more = dict(extra)
+    for p in problems:
+        names = [pattern.format(dtype=p.dtype, layout=p.layout) for pattern in winners.get(band_of(p.m, p.n, p.k), [])]
+        more[p.key] = list(dict.fromkeys(more.get(p.key, []) + [(name, tune.DEFAULT_KNOBS) for name in names]))
+    return more
 
 
 def in_band(problem: tune.Problem, min_log2_mnk: float | None, max_log2_mnk: float | None) -> bool:
@@ -154,9 +188,10 @@ def main(argv: list[str] | None = None) -> int:
                         "kernel at each variant of its knob grid (tune's 'grid' mode; the others: the table's kernel "
                         "and the sweeps')")
     parser.add_argument("--knobs-from", type=float, help="problems with log2(M*N*K) above this time the table's and "
-                        "the sweeps' kernels at each variant of their knob grid too (tune's 'knobs' mode)")
+                        "the sweeps' kernels, and the kernels fastest on most measured problems of their size band, at "
+                        "each variant of their knob grid too (tune's 'knobs' mode)")
     parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
-                        "file lists those left); problems run smallest first")
+                        "file lists those left); problems run smallest first, but largest first in knobs mode")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("tune_grid: needs a CUDA GPU", file=sys.stderr)
@@ -165,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     base = json.loads(args.base.read_text()) if args.base.exists() else None
     base_entries = (base or {}).get("entries", {})
     extra = sweep_kernels(args.sweeps)
+    winners = band_winners(args.sweeps) if args.knobs_from is not None else {}
     runs, entries = [], {}
     deadline = time.perf_counter() + args.budget_s if args.budget_s else None
     for shape_set in args.shapes.split(","):
@@ -175,8 +211,11 @@ def main(argv: list[str] | None = None) -> int:
                                   key=lambda p: p.m * p.n * p.k)
                 for mode, part in modes_of(problems, args.grid_up_to, args.knobs_from):
                     t0 = time.perf_counter()
+                    if mode == "knobs":  # the largest first: where the knob variants gained most, if --budget-s cuts
+                        part = part[::-1]
                     tuned, summary = tune.tune(part, base_entries, mode, args.margin, progress=False,
-                                               deadline=deadline, extra_kernels=extra)
+                                               deadline=deadline, extra_kernels=with_band_winners(
+                                                   extra, part, winners) if mode == "knobs" else extra)
                     entries.update(tuned)
                     runs.append({"shapes": shapes.set_label(shape_set, args.sample), "layout": layout,
                                  "dtype": dtype, "kernels": mode, "problems": len(part),

@@ -53,10 +53,13 @@ BOOTSTRAP = 2000      # resamples of the paired bootstrap
 START = 1             # curves by per-problem index: every problem has b evaluations at budget b
 
 
-def problem_sets(count: int, seed: int, decode_max_m: int, names: list[str]) -> dict[str, list[Problem]]:
-    """The G1000 sample (fp16 NT, stratified, `count` problems for `seed`) and the LLM decode shapes, as named."""
+def problem_sets(count: int, seed: int, decode_max_m: int, names: list[str],
+                 decode_ms: list[int] | None = None) -> dict[str, list[Problem]]:
+    """The G1000 sample (fp16 NT, stratified, `count` problems for `seed`) and the LLM decode shapes (M up to
+    `decode_max_m`, only the M values `decode_ms` when given), as named."""
     sets = {"g1000": lambda: shapes.load("g1000", count, seed),
-            "llm_decode": lambda: [s for s in shapes.llm() if s[0] <= decode_max_m]}
+            "llm_decode": lambda: [s for s in shapes.llm() if s[0] <= decode_max_m and
+                                   (decode_ms is None or s[0] in decode_ms)]}
     return {name: [Problem("nt", "fp16", *s) for s in sets[name]()] for name in names}
 
 
@@ -196,7 +199,8 @@ def study(args: argparse.Namespace, log=print) -> dict:
                 store.close()
         runs, by_problem = {}, {}
         for seed in range(args.seeds):
-            for name, problems in problem_sets(args.shapes, seed, args.decode_max_m, args.sets).items():
+            for name, problems in problem_sets(args.shapes, seed, args.decode_max_m, args.sets,
+                                                      args.decode_ms).items():
                 for proposer in args.proposers:
                     minutes_left = args.minutes - (time.monotonic() - began) / 60
                     path = store_path(args.store_dir, name, proposer, seed)
@@ -247,7 +251,8 @@ def render(doc: dict, out: Path) -> str:
     budgets = sorted({b for b in (4, 8, 12, settings["per_problem"]) if b <= settings["per_problem"]})
     rate, verdict_rate, judged, verdicts, gpu_minutes = throughput(doc)
     measured = {"g1000": f"{settings['shapes']}-problem stratified G1000 sample",
-                "llm_decode": f"LLM decode shapes (M <= {settings['decode_max_m']})"}
+                "llm_decode": f"LLM decode shapes (M <= {settings['decode_max_m']}" + (
+                    f", M in {{{', '.join(map(str, settings['decode_ms']))}}})" if settings.get("decode_ms") else ")")}
     lines = [f"# Proposers at equal budgets on the GPU ({env.get('gpu_name')})", "",
              f"- Judged live on {doc['gpus']} x {env.get('gpu_name')} (driver {env.get('driver')}, CUDA "
              f"{env.get('cuda')}, cuBLAS {env.get('cublas')}, torch {env.get('torch')}), PDL off, every verdict by "
@@ -318,6 +323,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--proposers", type=lambda t: t.split(","), default=list(PROPOSERS))
     parser.add_argument("--shapes", type=int, default=100, help="G1000 problems per seed")
     parser.add_argument("--decode-max-m", type=int, default=64)
+    parser.add_argument("--decode-ms", type=lambda t: [int(m) for m in t.split(",")],
+                        help="only these M values of the decode shapes (e.g. 1,16,64; default every M up to the max)")
     parser.add_argument("--per-problem", type=int, default=16)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--minutes", type=float, default=8.0, help="no round starts after this (then run again)")
@@ -343,7 +350,7 @@ def reanalyse(doc: dict, store_dir: Path) -> dict:
     by_problem: dict = {}
     for seed in range(settings["seeds"]):
         for name, problems in problem_sets(settings["shapes"], seed, settings["decode_max_m"],
-                                           settings["sets"]).items():
+                                           settings["sets"], settings.get("decode_ms")).items():
             for proposer in settings["proposers"]:
                 path = store_path(store_dir, name, proposer, seed)
                 if not path.exists():

@@ -166,3 +166,10 @@ def test_unknown_proposers_and_missing_warm_start_files_are_refused(capsys):
     with pytest.raises(SystemExit):
         budget_hardware.parse(["--out", "x.json", "--store-dir", "d", "--warm-from", "/nonexistent/sweep.json"])
     assert "no such file: /nonexistent/sweep.json" in capsys.readouterr().err
+
+
+def test_the_decode_set_can_keep_some_m_values_only():
+    every = budget_hardware.problem_sets(6, 0, 64, ["llm_decode"])["llm_decode"]
+    some = budget_hardware.problem_sets(6, 0, 64, ["llm_decode"], [1, 64])["llm_decode"]
+    assert {p.m for p in every} == {1, 2, 4, 8, 16, 32, 64}
+    assert {p.m for p in some} == {1, 64} and len(some) == len([p for p in every if p.m in (1, 64)])

@@ -174,3 +174,21 @@ def test_large_problems_time_the_found_kernels_at_every_knob_variant(monkeypatch
     with_extra = tune.kernel_candidates(large, "knobs", base, [(other, Knobs(swizzle=2))])
     assert {n for n, _ in with_extra} == {kernel, other} and len(with_extra) > len(found)
     assert tune.kernel_candidates(large, "table", base) == [(kernel, Knobs())]
+
+
+def test_a_size_bands_most_frequent_winners_are_timed_on_its_other_problems(tmp_path):
+    tune_grid = load_tune_grid()
+    path = tmp_path / "sweep.json.gz"
+    k1, k2 = "sm90_fp16_nt_big", "sm90_fp16_nt_other"
+    path.write_bytes(gzip.compress(json.dumps(sweep([
+        row(64, 10.0, (k1, 0, True, 8.0)), row(65, 10.0, (k1, 0, True, 8.0), (k2, 0, True, 9.0)),
+        row(66, 10.0, (k2, 0, True, 8.0)), row(2 ** 14, 10.0, ("sm90_fp16_nt_huge", 0, True, 9.0)),
+    ])).encode()))
+    winners = tune_grid.band_winners([path], top=1)
+    assert winners[tune_grid.band_of(64, 64, 64)] == ["sm90_{dtype}_{layout}_big"]
+    assert winners[tune_grid.band_of(2 ** 14, 64, 64)] == ["sm90_{dtype}_{layout}_huge"]
+    from cudal2_ops.tune import Problem
+    unmeasured = Problem("nn", "bf16", 96, 64, 64)
+    extra = tune_grid.with_band_winners({"nn_bf16_96_64_64": [("mine", Knobs(swizzle=2))]}, [unmeasured], winners)
+    assert extra[unmeasured.key] == [("mine", Knobs(swizzle=2)), ("sm90_bf16_nn_big", Knobs())]
+    assert tune_grid.with_band_winners({}, [Problem("nt", "fp16", 2, 2, 2)], winners) == {"nt_fp16_2_2_2": []}
