@@ -83,7 +83,7 @@ PROTOCOL = ("judge: candidate in a separate runner process; kernel-mode time = t
             "the judge's GPU idle, less the least empty replay's bracket, at least the runner's own event time; "
             "baseline cuBLASLt-autotune (every heuristic candidate timed by graph replay, the fastest kept: "
             "cudal2_testing.lt_baseline) timed in the judge over the same sets; every output checked after every "
-            "replay; PDL off")
+            "replay; PDL off; a problem of 100 us or more per call run 200 ms untimed right before each timing")
 
 
 class Verdict(Exception):
@@ -196,6 +196,8 @@ class GpuEvaluator:
             sets.fill(seed, references=False)
             call(0)
             est_ms = self.timing.estimate_ms(call, sets.calls)
+            for i in range(self.jt.heat_runs(est_ms * 1e3, 1)):   # timed busy, as the candidate is
+                call(i % sets.calls)
             times.append(self.timing.kernel_mode(call, sets.calls, est_ms, target_ms=self.jt.TARGET_MS,
                                                  cap=sets.calls, cold_cap=sets.calls)["median_us"])
             count = max(sets.calls, min(4096, math.ceil(EAGER_MS * 1e3 / max(times[-1], 1.0))))
@@ -265,6 +267,10 @@ class GpuEvaluator:
         """The candidate's us per call on one case (judge's events); every output checked after every replay."""
         jt = self.jt
         times, runner_times = [], []
+        for _ in range(jt.heat_runs(base_us, sets.calls)):   # after the checks' and the capture's pauses: busy again
+            bracket.measure("replay")
+            if runner.request("timed").get("error"):
+                break   # (the first timed replay reports the failure)
         while jt.more_replays(times):
             rep = len(times)
             sets.poison()

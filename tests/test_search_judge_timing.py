@@ -191,6 +191,13 @@ def test_replays_are_sized_by_time():
     assert not judge_timing.more_replays([100.0] * judge_timing.MAX_REPS)
 
 
+def test_long_problems_are_timed_after_running_busy_for_a_while():
+    assert judge_timing.heat_runs(judge_timing.HEAT_MIN_US / 2, 1) == 0             # short problems: no wait
+    runs = judge_timing.heat_runs(3000.0, 2)                                      # 3 ms calls, 2 per replay
+    assert runs * 2 * 3000.0 >= judge_timing.HEAT_MS * 1e3 > (runs - 1) * 2 * 3000.0
+    assert judge_timing.heat_runs(judge_timing.HEAT_MIN_US, 0) >= 1
+
+
 def test_the_wall_clock_bound_allows_the_baselines_host_cost():
     bound = judge_timing.wall_clock_bound_us(cand_us=3.5, base_us=2.5, base_wall_us=12.6)
     assert bound == pytest.approx(judge_timing.WALL_RATIO * (3.5 + 10.1) + judge_timing.WALL_SLACK_US)
