@@ -40,7 +40,9 @@ SOURCES = {
         store="search_store_2026-11-25_4a7bcf5.sqlite.gz",
         tunings=("tune_grid_below2e30_2026-11-26_87757c0.json.gz", "tune_grid_above2e30_fp16_2026-11-26_bcae5f1.json.gz",
                  "tune_grid_above2e30_bf16_2026-11-26_bcae5f1.json.gz", "tune_grid_llm_missing_2026-11-26_dd9a261.json.gz",
-                 "tune_grid_below2e30_allsweeps_2026-11-26_dd9a261.json.gz")),
+                 "tune_grid_below2e30_allsweeps_2026-11-26_dd9a261.json.gz",
+                 *(f"tune_grid_knobs_above2e36_{dtype}_{layout}_2026-11-26_3df0b9e.json.gz"
+                   for dtype in ("fp16", "bf16") for layout in ("nt", "nn")))),
     "nvidia_h100_80gb_hbm3": Sources(
         sweeps=("sweep_2026-11-25_a3fd6a0.json.gz",),
         store=None,

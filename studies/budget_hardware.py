@@ -165,10 +165,19 @@ def run_one(backend: MemoBackend, path: Path, problems: list[Problem], proposer:
                              (run["id"],))[0]["n"]
         count = store.evaluation_count(run["id"])
         return {"evaluations": count, "budget": budget, "complete": count >= budget, "judged": judged,
-                "elapsed_s": round(run["elapsed_s"], 1),
+                "elapsed_s": round(run["elapsed_s"], 1), "gpus": cards_of(store, run["id"]),
                 "by_problem": best_by_problem(store, run["id"], problems, per_problem) if count >= budget else None}
     finally:
         store.close()
+
+
+def cards_of(store: Store, run_id: int) -> int | None:
+    """How many physical cards judged the run's evaluations (by the UUID in each verdict's environment); None when
+    the verdicts name none (the simulator). A run continued over GPU calls of different sizes counts its cards."""
+    cards = {json.loads(row["gpu"] or "{}").get("gpu_uuid") for row in store.query(
+        "SELECT DISTINCT gpu FROM evaluations WHERE run_id = ? AND eval_s > 0", (run_id,))}
+    cards.discard(None)
+    return len(cards) or None
 
 
 def make_backend(kind: str, artifacts: Path, arch: int, seed: int):
@@ -237,10 +246,11 @@ def analyse(doc: dict, proposers: list[str]) -> dict:
 
 def throughput(doc: dict) -> tuple[float, float, int, int, float]:
     """(judged evaluations per GPU-minute, verdicts per GPU-minute, judged, verdicts, GPU-minutes) over the runs'
-    own time (a judged evaluation is one the GPU timed; the other verdicts were served again by the memo)."""
+    own time, each run's on the cards that judged it (else the last call's count; a judged evaluation is one the
+    GPU timed; the other verdicts were served again by the memo)."""
     judged = sum(r["judged"] for r in doc["runs"].values())
     verdicts = sum(r["evaluations"] for r in doc["runs"].values())
-    gpu_minutes = sum(r["elapsed_s"] for r in doc["runs"].values()) / 60 * doc["gpus"]
+    gpu_minutes = sum(r["elapsed_s"] * (r.get("gpus") or doc["gpus"]) for r in doc["runs"].values()) / 60
     return (judged / gpu_minutes if gpu_minutes else 0.0, verdicts / gpu_minutes if gpu_minutes else 0.0, judged,
             verdicts, gpu_minutes)
 
@@ -359,6 +369,9 @@ def reanalyse(doc: dict, store_dir: Path) -> dict:
                     continue
                 with read_store(path) as store:
                     run = store.runs()[0]
+                    record = doc["runs"].get(f"{name}/{proposer}/{seed}")
+                    if record is not None:
+                        record["gpus"] = cards_of(store, run["id"])
                     if store.evaluation_count(run["id"]) >= settings["per_problem"] * len(problems):
                         by_problem.setdefault(name, {}).setdefault(proposer, []).append(
                             best_by_problem(store, run["id"], problems, settings["per_problem"]))

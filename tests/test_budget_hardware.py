@@ -173,3 +173,12 @@ def test_the_decode_set_can_keep_some_m_values_only():
     some = budget_hardware.problem_sets(6, 0, 64, ["llm_decode"], [1, 64])["llm_decode"]
     assert {p.m for p in every} == {1, 2, 4, 8, 16, 32, 64}
     assert {p.m for p in some} == {1, 64} and len(some) == len([p for p in every if p.m in (1, 64)])
+
+
+def test_the_rate_counts_each_run_on_the_cards_that_judged_it():
+    runs = {"a": {"judged": 600, "evaluations": 600, "elapsed_s": 60.0, "gpus": 4},
+            "b": {"judged": 300, "evaluations": 400, "elapsed_s": 60.0, "gpus": 2},
+            "c": {"judged": 100, "evaluations": 100, "elapsed_s": 60.0}}   # no card named: the last call's count
+    rate, verdict_rate, judged, verdicts, gpu_minutes = budget_hardware.throughput({"runs": runs, "gpus": 3})
+    assert (judged, verdicts, gpu_minutes) == (1000, 1100, 9.0)
+    assert rate == pytest.approx(1000 / 9) and verdict_rate == pytest.approx(1100 / 9)
