@@ -17,7 +17,9 @@ own CUDA events: the outputs (read back and compared with fp32 references here),
 process's events around the runner's replay, `judge_timing.Bracket`), the baseline (cuBLASLt-autotune as the
 benchmarks and the tables define it, `cudal2_testing.lt_baseline.AutotunedLt`: every heuristic candidate timed by
 CUDA-graph replay, the fastest kept per problem for the worker's life; its choice timed here like the candidate,
-before the runner starts, so a candidate cannot slow it down) and the wall clock. So a constructor or a launcher
+before the runner starts, so a candidate cannot slow it down; on long problems timed again beside the candidate's
+replays while its runner waits on its pipe, where no candidate code runs: the object check refuses threads and host
+callbacks, the stream check other streams) and the wall clock. So a constructor or a launcher
 that patches Python (should one pass the object check of `search.object_check`) patches only the runner: it can make
 the runner lie about what it did, but not change what this process reads and measures; what it could still forge
 (the runner's own event time and node census) is cross-checked here.
@@ -38,7 +40,10 @@ Per candidate, PDL off (CUDAL2_DISABLE_PDL=1 here and in the runner, which repor
    in this process (`search.binary_checks`);
 4. the graph: R calls captured on the runner's stream must hold at least R kernel nodes and nothing host-side;
 5. per case, timed replays of that graph (at least 3, up to 10 or about 6 ms of replays), every output poisoned
-   before and checked after each replay (skipped or escaped work leaves NaN), then three batches of eager calls
+   before and checked after each replay (skipped or escaped work leaves NaN); on a problem of 100 us or more per
+   call, 200 ms of untimed replays first and the baseline's R calls timed again right before each replay, their
+   median the case's baseline (a power-limited GPU is faster after a pause than busy: both sides are timed alike,
+   `studies.judge_vs_tuner`); then three batches of eager calls
    checked the same way and timed by the wall clock here: their median is flagged, when it stays so on a second
    measurement, above 2x the larger of the candidate's event time plus the baseline's host cost per call and the
    baseline's own wall clock per call (`judge_timing.wall_clock_bound_us`);
@@ -83,7 +88,8 @@ PROTOCOL = ("judge: candidate in a separate runner process; kernel-mode time = t
             "the judge's GPU idle, less the least empty replay's bracket, at least the runner's own event time; "
             "baseline cuBLASLt-autotune (every heuristic candidate timed by graph replay, the fastest kept: "
             "cudal2_testing.lt_baseline) timed in the judge over the same sets; every output checked after every "
-            "replay; PDL off; a problem of 100 us or more per call run 200 ms untimed right before each timing")
+            "replay; PDL off; a problem of 100 us or more per call run 200 ms untimed right before each timing, "
+            "and its baseline timed again before each of the candidate's replays (the verdict's baseline)")
 
 
 class Verdict(Exception):
@@ -263,16 +269,23 @@ class GpuEvaluator:
             raise Verdict(SUSPICIOUS, f"the captured graph holds host-side or allocation nodes {forbidden}")
 
     def _time_case(self, runner, bracket, sets, workspace, overhead_us: float, case: int, base_us: float,
-                   base_wall_us: float, round_trip_s: float, flags: list[str]) -> float:
-        """The candidate's us per call on one case (judge's events); every output checked after every replay."""
+                   base_wall_us: float, round_trip_s: float, flags: list[str]) -> tuple[float, float]:
+        """(the candidate's us per call on one case (judge's events), the baseline's for the verdict); every output
+        checked after every replay. On a problem of HEAT_MIN_US or more per call (`judge_timing.heat_runs`), both are
+        timed busy and the baseline again before each of the candidate's replays, over the same sets, so that the
+        two share the GPU's power state (its cached time is the verdict's baseline on shorter problems)."""
         jt = self.jt
-        times, runner_times = [], []
+        times, runner_times, base_times = [], [], []
+        paired = jt.heat_runs(base_us, sets.calls) > 0
+        base_call = self._baseline_call(sets) if paired else None
         for _ in range(jt.heat_runs(base_us, sets.calls)):   # after the checks' and the capture's pauses: busy again
             bracket.measure("replay")
             if runner.request("timed").get("error"):
                 break   # (the first timed replay reports the failure)
         while jt.more_replays(times):
             rep = len(times)
+            if paired:   # the baseline's replay of the same R calls, right before the candidate's (it writes D_i first)
+                base_times.append(self.timing.estimate_ms(base_call, sets.calls, sets.calls) * 1e3)
             sets.poison()
             workspace.fill_(rep * 37 % 251)
             us, _ = bracket.measure("replay")   # (synchronizes this process's GPU work first)
@@ -298,7 +311,7 @@ class GpuEvaluator:
             flags.append(f"case {case}: wall clock {wall_us:.1f} us per eager call (median of {EAGER_BATCHES} "
                          f"batches, twice) vs {cand_us:.1f} us by the judge's events (baseline {base_us:.1f} us, "
                          f"wall clock {base_wall_us:.1f} us; bound {bound_us:.1f} us)")
-        return cand_us
+        return cand_us, statistics.median(base_times) if base_times else base_us
 
     def _eager_wall_us(self, runner, sets, cand_us: float, base_wall_us: float, round_trip_s: float,
                        case: int) -> float:
@@ -404,7 +417,7 @@ class GpuEvaluator:
                                                       f"gives {WORKSPACE_LIMIT}"), None
             specs = sets.specs(knobs, [2, 0], workspace_bytes)
             flags: list[str] = []
-            cand_us, errs = [], []
+            cand_us, case_base_us, errs = [], [], []
             bracket = jt.Bracket(runner, self.spin_cycles)
             self._capture(runner, sets, specs)
             if runner.overhead_us is None:   # the empty bracket: once per runner and batch (no kernel in it)
@@ -413,8 +426,10 @@ class GpuEvaluator:
             round_trip_s = self._round_trip_s(runner)
             for case, seed in enumerate(seeds):
                 sets.fill(seed)   # (the case's fp32 references: computed for the batch's first candidate only)
-                cand_us.append(self._time_case(runner, bracket, sets, regions[2].tensor, overhead_us, case,
-                                               base_us[case], base_wall[case], round_trip_s, flags))
+                case_us, case_base = self._time_case(runner, bracket, sets, regions[2].tensor, overhead_us, case,
+                                                     base_us[case], base_wall[case], round_trip_s, flags)
+                cand_us.append(case_us)
+                case_base_us.append(case_base)
                 errs.append(sets.max_error())
             self.spin_cycles = bracket.cycles
             us = statistics.median(cand_us)
@@ -426,8 +441,8 @@ class GpuEvaluator:
         finally:
             if not keep:
                 runner.close()
-        return EvalResult(SUSPICIOUS if flags else OK, us=us, baseline_us=statistics.median(base_us),
-                          case_speedups=[b / max(c, 1e-9) for b, c in zip(base_us, cand_us)], max_rel_err=max(errs),
+        return EvalResult(SUSPICIOUS if flags else OK, us=us, baseline_us=statistics.median(case_base_us),
+                          case_speedups=[b / max(c, 1e-9) for b, c in zip(case_base_us, cand_us)], max_rel_err=max(errs),
                           reason="; ".join(flags), gpu=self.environment), runner if keep else None
 
     def judge(self, request: dict) -> Iterator[EvalResult]:
