@@ -22,7 +22,7 @@
 # (CUDAL2_DISABLE_PDL=0 in the environment keeps it on), as tables are selected from such sweeps; so do
 # bench-kernel and bench-llm, whose kernel-mode figures are the headline (docs/EVALUATION.md: back-to-back replays
 # with PDL overstate small problems).
-# tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, NN/NT, $TUNE_DTYPES, into
+# tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, $TUNE_LAYOUTS (NN,NT), $TUNE_DTYPES, into
 # OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files and search stores (any GPU's) whose fastest kernels per problem are timed too;
 # $TUNE_MIN_LOG2_MNK / $TUNE_MAX_LOG2_MNK, only problems above / up to that size, the base table's ($TUNE_BASE, default
 # the committed table; OUT_DIR's own table to tune it in parts) entries kept for the rest; $TUNE_BUDGET_S, no problem started after that; $TUNE_MISSING_ONLY=1, only problems the base table lacks; $TUNE_GRID_UP_TO, every kernel at each knob
@@ -31,8 +31,9 @@
 # timing of every cuBLASLt candidate of the problems the tuner mis-timed), gate (the sanitizer gate on OUT_DIR's table, with OUT_DIR's sanitizer
 # reports beside the committed ones: run it before bench-tuned), profile (benchmarks.profile_small: Nsight
 # Compute on the floor kernel, cuBLASLt-autotune and the best tiny kernel of a few small problems), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
-# cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; a results file already in OUT_DIR is continued,
-# so a run cut by the stage limit goes on in the next call). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
+# cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; $TUNED_DTYPES, $TUNED_LAYOUTS (one lane per
+# dtype and layout on a multi-GPU host), $TUNED_TABLE (another table); a results file already in OUT_DIR is continued,
+# so a run cut by the stage limit goes on in the next call), tune-merge (the lanes' tunings as one table, $TUNE_PARTS). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
 # problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
 # floors (python -m benchmarks.latency_floor: an empty kernel and a read-A-and-B-write-C kernel beside
 # cuBLASLt-autotune and the best tiny kernel on the G1000 problems up to 2^26, PDL off, into OUT_DIR/latency_floor.json,
@@ -178,7 +179,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     reference-nopdl) CUDAL2_DISABLE_PDL=1 stage reference_nopdl "$PY" -m benchmarks.reference_shapes \
                        --out "$OUT_DIR/reference_shapes_nopdl.json" ;;
     tune-grid) CUDAL2_DISABLE_PDL=1 stage tune_grid "$PY" scripts/tune_grid.py --shapes "${TUNE_SHAPES:-g1000,llm}" \
-                 --layouts nn,nt --dtypes "${TUNE_DTYPES:-fp16,bf16}" --base "${TUNE_BASE:-kernels/sm90/$GPU_SLUG.json}" \
+                 --layouts "${TUNE_LAYOUTS:-nn,nt}" --dtypes "${TUNE_DTYPES:-fp16,bf16}" --base "${TUNE_BASE:-kernels/sm90/$GPU_SLUG.json}" \
                  --out "$OUT_DIR/$GPU_SLUG.json" --results "$OUT_DIR/tune_grid.json" ${TUNE_SWEEPS:+--sweeps $TUNE_SWEEPS} \
                  ${TUNE_MIN_LOG2_MNK:+--min-log2-mnk $TUNE_MIN_LOG2_MNK} ${TUNE_MAX_LOG2_MNK:+--max-log2-mnk $TUNE_MAX_LOG2_MNK} \
                  ${TUNE_GRID_UP_TO:+--grid-up-to $TUNE_GRID_UP_TO} ${TUNE_KNOBS_FROM:+--knobs-from $TUNE_KNOBS_FROM} \
@@ -192,14 +193,20 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
     profile) CUDAL2_DISABLE_PDL=1 stage profile "$PY" -m benchmarks.profile_small --out "$OUT_DIR/profile_small.json" ;;
     consistency) CUDAL2_DISABLE_PDL=1 stage consistency "$PY" -m benchmarks.lt_candidate_consistency \
                    --out "$OUT_DIR/lt_candidate_consistency.json" ;;
-    bench-tuned) for dtype in ${TUNED_DTYPES:-fp16 bf16}; do  # the tuned table of OUT_DIR, as a user's process runs it
-                   CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_g1000_$dtype" \
-                     "$PY" -m benchmarks.grid --shapes g1000 --layouts nt,nn --dtypes "$dtype" --modes kernel \
-                     --impls "$TUNED_IMPLS" --out "$OUT_DIR/g1000_kernel_$dtype.json" --resume
+    bench-tuned) local layouts=${TUNED_LAYOUTS:-nt,nn} tag=${TUNED_LAYOUTS:+_${TUNED_LAYOUTS//,/_}} dtypes=${TUNED_DTYPES:-fp16 bf16}
+                 for dtype in $dtypes; do  # the tuned table of OUT_DIR (or $TUNED_TABLE), as a user's process runs it
+                   CUDAL2_TABLE="${TUNED_TABLE:-$OUT_DIR/$GPU_SLUG.json}" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_g1000_$dtype$tag" \
+                     "$PY" -m benchmarks.grid --shapes g1000 --layouts "$layouts" --dtypes "$dtype" --modes kernel \
+                     --impls "$TUNED_IMPLS" --out "$OUT_DIR/g1000_kernel_$dtype$tag.json" --resume
                  done
-                 CUDAL2_TABLE="$OUT_DIR/$GPU_SLUG.json" CUDAL2_DISABLE_PDL=1 stage bench_tuned_llm "$PY" -m benchmarks.grid \
-                   --shapes llm --layouts nt,nn --dtypes fp16,bf16 --modes kernel \
-                   --impls "$TUNED_IMPLS" --out "$OUT_DIR/llm_kernel.json" --resume ;;
+                 CUDAL2_TABLE="${TUNED_TABLE:-$OUT_DIR/$GPU_SLUG.json}" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_llm$tag" "$PY" -m benchmarks.grid \
+                   --shapes llm --layouts "$layouts" --dtypes "${dtypes// /,}" --modes kernel \
+                   --impls "$TUNED_IMPLS" --out "$OUT_DIR/llm_kernel$tag.json" --resume ;;
+    tune-merge) # the tables of several tune-grid lanes (each tuned from the same base) as one: $TUNE_PARTS, their
+                # results files in order, over $TUNE_BASE (default the committed table), into OUT_DIR/<gpu_slug>.json
+                stage tune_merge "$PY" scripts/tune_grid.py --merge ${TUNE_PARTS:?TUNE_PARTS names tune_grid results files} \
+                  --base "${TUNE_BASE:-kernels/sm90/$GPU_SLUG.json}" --out "$OUT_DIR/$GPU_SLUG.json" \
+                  --results "$OUT_DIR/tune_grid_merged.json" ;;
     tiny) CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage tiny_tests "$PY" -m pytest -q -m gpu \
             tests/gpu/test_kernels_tiny.py --no-header -rfE
           CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage sweep_tiny "$PY" -m search.sweep --max-log2-mnk 26 --sample 0 \

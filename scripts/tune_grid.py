@@ -4,7 +4,7 @@ candidate, the table's kernel for the problem, with --sweeps the fastest kernels
 on it, with --grid-up-to, on problems up to that size, every loaded kernel at each variant of its knob grid, and with
 --knobs-from, on problems above that size, those kernels and the kernels fastest on most measured problems of the
 same size band at each variant of theirs; PDL off) and writes the table
-plus a results file.
+plus a results file. `--merge RESULTS...` writes the table of several such runs made in parallel from one base.
 
     python scripts/tune_grid.py --shapes g1000,llm --layouts nn,nt --dtypes fp16,bf16 \\
         --base kernels/sm90/nvidia_h100_80gb_hbm3.json --out OUT/nvidia_h100_80gb_hbm3.json --results OUT/tune.json
@@ -16,6 +16,7 @@ holds the environment, the time each (shape set, layout, dtype) took and the sum
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -148,6 +149,12 @@ def modes_of(problems: list[tune.Problem], grid_up_to: float | None,
     return [(mode, part) for mode, part in parts if part]
 
 
+def read_results(path: Path) -> dict:
+    """A results file of this script (plain or .gz)."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
 def write(args: argparse.Namespace, base: dict | None, entries: dict, runs: list[dict]) -> None:
     """The table (base entries overlaid with the tuned ones) and the results file."""
     device = torch.cuda.current_device()
@@ -190,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knobs-from", type=float, help="problems with log2(M*N*K) above this time the table's and "
                         "the sweeps' kernels, and the kernels fastest on most measured problems of their size band, at "
                         "each variant of their knob grid too (tune's 'knobs' mode)")
+    parser.add_argument("--merge", type=Path, nargs="+", help="tune nothing: write --out as --base overlaid with these "
+                        "results files' entries in order (tunings of one base run in parallel lanes, e.g. one GPU per "
+                        "dtype and layout) and --results as their runs together")
     parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
                         "file lists those left); problems run smallest first, but largest first in knobs mode")
     args = parser.parse_args(argv)
@@ -199,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     tune.disable_pdl()
     base = json.loads(args.base.read_text()) if args.base.exists() else None
     base_entries = (base or {}).get("entries", {})
+    if args.merge:
+        parts = [read_results(path) for path in args.merge]
+        entries = {key: entry for part in parts for key, entry in part["entries"].items()}
+        write(args, base, entries, [run for part in parts for run in part["runs"]])
+        print(f"wrote {args.out}: {len(entries)} entries of {len(parts)} tunings over {args.base}")
+        return 0
     extra = sweep_kernels(args.sweeps)
     winners = band_winners(args.sweeps) if args.knobs_from is not None else {}
     runs, entries = [], {}

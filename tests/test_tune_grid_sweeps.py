@@ -192,3 +192,20 @@ def test_a_size_bands_most_frequent_winners_are_timed_on_its_other_problems(tmp_
     extra = tune_grid.with_band_winners({"nn_bf16_96_64_64": [("mine", Knobs(swizzle=2))]}, [unmeasured], winners)
     assert extra[unmeasured.key] == [("mine", Knobs(swizzle=2)), ("sm90_bf16_nn_big", Knobs())]
     assert tune_grid.with_band_winners({}, [Problem("nt", "fp16", 2, 2, 2)], winners) == {"nt_fp16_2_2_2": []}
+
+
+def test_parallel_tunings_merge_into_one_table_in_order(tmp_path, monkeypatch):
+    tune_grid = load_tune_grid()
+    first, second = tmp_path / "a.json.gz", tmp_path / "b.json"
+    first.write_bytes(gzip.compress(json.dumps({"entries": {"x": 1, "y": 1}, "runs": [{"seconds": 2.0}]}).encode()))
+    second.write_text(json.dumps({"entries": {"y": 2}, "runs": [{"seconds": 3.0}]}))
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"header": {}, "entries": {"z": 0, "x": 0}}))
+    written = {}
+    monkeypatch.setattr(tune_grid.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_grid, "write", lambda args, base, entries, runs: written.update(
+        base=base, entries=entries, runs=runs))
+    assert tune_grid.main(["--merge", str(first), str(second), "--base", str(base), "--out", str(tmp_path / "t.json"),
+                           "--results", str(tmp_path / "r.json")]) == 0
+    assert written["entries"] == {"x": 1, "y": 2} and written["base"]["entries"] == {"z": 0, "x": 0}
+    assert [r["seconds"] for r in written["runs"]] == [2.0, 3.0]
