@@ -103,7 +103,9 @@ def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_nam
                 "modes": args.modes, "l2": args.l2, "impls": impl_names, "unavailable": unavailable,
                 "tolerance": check.TOLERANCE, "settings": vars(settings) | {"modes": list(settings.modes)},
                 "reference": "cudal2_testing.correctness.reference (fp32, no TF32, no reduced-precision reductions)",
-                "kernel": "CUDA graph of R calls, replay timed by CUDA events, median over >= 5 replays, per call",
+                "kernel": "CUDA graph of R calls (R sized per implementation), the shape's implementations' graphs "
+                          f"timed in {runner.INTERLEAVED_ROUNDS} rotated rounds of 5 replays (CUDA events), median "
+                          "per call",
                 "offline": "perf_counter around one call, synchronize before/after, fresh inputs, shuffled order",
                 "server": "offline + exponential idle gap (mean 1/qps) before each call"}
     return results.new_document(head, protocol)

@@ -16,6 +16,7 @@ from cudal2_testing.measure.shapes import Shape
 DTYPES = check.DTYPES
 MODES = ("kernel", "kernel_after", "offline", "server")
 GRAPH_MODES = ("kernel", "kernel_after")  # timed by CUDA-graph replay
+INTERLEAVED_ROUNDS = 3   # kernel mode: a problem's implementations timed in this many rotated rounds, after sizing
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
         for inp in sets:
             inp.prepare_producer()
     est: dict[Impl, float] = {}
+    sized: dict[Impl, int] = {}   # kernel mode: each implementation's calls per replay, before the interleaved rounds
     for impl in passing:
         for mode in graph_modes:
             if (impl.name, impl.layout, mode) not in todo:
@@ -139,18 +141,31 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
                 if impl not in est:
                     est[impl] = timing.estimate_ms(lambda i, impl=impl: sets[i].call(impl), len(sets))
                 res = graph_time(mode, impl, sets, est[impl], settings.target_ms)
-                # the process's allocated GPU memory after the timing: a leak across shapes shows in the file (one run
-                # held 49.6 GiB in CUDA-graph private pools by its largest shape and failed it out of memory)
-                rows.append(_row(shape, dtype, impl, mode, ok=True, rel_err=passing[impl], l2=settings.l2,
-                                 allocated_mib=round(torch.cuda.memory_allocated() / 2**20), **res))
+                if mode == "kernel":
+                    sized[impl] = res["calls_per_replay"]
+                    continue
+                rows.append(timed_row(shape, dtype, impl, mode, passing[impl], settings, res))
             except RuntimeError as exc:
                 rows.append(_row(shape, dtype, impl, mode, ok=False, rel_err=passing[impl], error=_failure(exc)))
+    if sized:
+        calls = {impl: (lambda i, impl=impl: sets[i].call(impl)) for impl in sized}
+        timed, errors = timing.kernel_mode_interleaved(calls, len(sets), sized, rounds=INTERLEAVED_ROUNDS)
+        rows += [timed_row(shape, dtype, impl, "kernel", passing[impl], settings, res) for impl, res in timed.items()]
+        rows += [_row(shape, dtype, impl, "kernel", ok=False, rel_err=passing[impl], error=_failure(exc))
+                 for impl, exc in errors.items()]
     del sets[1:]
     for mode in ("offline", "server"):
         group = [i for i in passing if mode in settings.modes and (i.name, i.layout, mode) in todo]
         if group:
             rows += _host_rows(shape, dtype, mode, group, passing, est, sets[0], settings, rng)
     return rows
+
+
+def timed_row(shape: Shape, dtype: str, impl: Impl, mode: str, rel_err: float, settings: Settings, res: dict) -> dict:
+    """A timed row, with the process's allocated GPU memory after the timing: a leak across shapes shows in the file
+    (one run held 49.6 GiB in CUDA-graph private pools by its largest shape and failed it out of memory)."""
+    return _row(shape, dtype, impl, mode, ok=True, rel_err=rel_err, l2=settings.l2,
+                allocated_mib=round(torch.cuda.memory_allocated() / 2**20), **res)
 
 
 def graph_time(mode: str, impl: Impl, sets: list[Inputs], est_ms: float, target_ms: float) -> dict:

@@ -3,7 +3,8 @@ cudal2_testing.measure.timing the benchmarks, sweep and judge's kernel mode).
 
 `calls` back-to-back calls are captured on a side stream (after two warm-up calls there, outside the capture), the
 graph is replayed once to upload it, then `replays` replays are timed with CUDA events, queued back to back.
-`sized_replay_us` re-sizes the call count from the graph's own per-call time when an eager estimate made it too small.
+`sized_replay_us` re-sizes the call count from the graph's own per-call time when an eager estimate made it too small;
+`interleaved_us` times several captured graphs in rotated rounds, so that they share the GPU's state.
 """
 from __future__ import annotations
 
@@ -14,32 +15,58 @@ from typing import Callable
 import torch
 
 
+class CapturedCalls:
+    """A graph of `calls` calls `call(i % n_sets)` (i = 0 ...) captured once on `stream`, after two warm-up calls
+    there, and uploaded by one replay; `time` replays it."""
+
+    def __init__(self, call: Callable[[int], object], n_sets: int, calls: int, stream: torch.cuda.Stream):
+        self.calls = calls
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm the side stream (per-stream handles and workspaces) before capture
+            for i in range(2):
+                call(i % n_sets)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        # capture_begin/end rather than torch.cuda.graph(), which runs gc.collect() and empty_cache() on every capture
+        with torch.cuda.stream(stream):
+            self.graph.capture_begin()
+            try:
+                for i in range(calls):
+                    call(i % n_sets)
+            finally:
+                self.graph.capture_end()
+        self.graph.replay()
+        torch.cuda.synchronize()
+
+    def time(self, replays: int) -> list[float]:
+        """Per-call microseconds of each of `replays` replays, queued back to back and timed with CUDA events."""
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+        for start, end in events:
+            start.record()
+            self.graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 / self.calls for s, e in events]
+
+
 def replay_us(call: Callable[[int], object], n_sets: int, calls: int, replays: int,
               stream: torch.cuda.Stream) -> list[float]:
     """Per-call microseconds of each timed replay of a graph of `calls` calls `call(i % n_sets)` (i = 0 ...)."""
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm the side stream (per-stream handles and workspaces) before capture
-        for i in range(2):
-            call(i % n_sets)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    # capture_begin/end rather than torch.cuda.graph(), which runs gc.collect() and empty_cache() on every capture
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        try:
-            for i in range(calls):
-                call(i % n_sets)
-        finally:
-            graph.capture_end()
-    graph.replay()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1e3 / calls for s, e in events]
+    return CapturedCalls(call, n_sets, calls, stream).time(replays)
+
+
+def interleaved_us(graphs: dict, rounds: int, replays: int) -> dict:
+    """{key: per-call microseconds} of several captured graphs (`CapturedCalls` or anything with `time(replays)`)
+    timed in `rounds` rounds of `replays` replays each, every graph once per round, the order rotated by one place
+    each round: no graph is always the first timed after a pause or always follows the same one. A power-limited GPU
+    runs the first burst after a pause faster than it sustains (an H200, 2-11% on problems above 2^40), and its clock
+    drifts over seconds, so graphs timed one after the other compare their moments as much as their kernels."""
+    keys = list(graphs)
+    samples: dict = {key: [] for key in keys}
+    for r in range(rounds if keys else 0):
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            samples[key] += graphs[key].time(replays)
+    return samples
 
 
 def sized_replay_us(call: Callable[[int], object], n_sets: int, calls: int, replays: int, stream: torch.cuda.Stream,

@@ -442,7 +442,8 @@ class GpuEvaluator:
             if not keep:
                 runner.close()
         return EvalResult(SUSPICIOUS if flags else OK, us=us, baseline_us=statistics.median(case_base_us),
-                          case_speedups=[b / max(c, 1e-9) for b, c in zip(case_base_us, cand_us)], max_rel_err=max(errs),
+                          case_speedups=[b / max(c, 1e-9) for b, c in zip(case_base_us, cand_us)],
+                          max_rel_err=max(errs),
                           reason="; ".join(flags), gpu=self.environment), runner if keep else None
 
     def judge(self, request: dict) -> Iterator[EvalResult]:

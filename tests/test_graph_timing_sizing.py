@@ -42,3 +42,47 @@ def test_the_cap_and_the_input_sets_bound_the_count(modelled_replays):
 def test_at_most_three_rounds(modelled_replays):
     graph_timing.sized_replay_us(None, 1, 1, 5, None, target_us=1e9, cap=10**9)
     assert len(modelled_replays) == 3 and modelled_replays == sorted(modelled_replays)
+
+
+class Graph:
+    """A captured graph as interleaved_us sees it: records when it was timed."""
+
+    def __init__(self, name, log, us):
+        self.name, self.log, self.us = name, log, us
+
+    def time(self, replays):
+        self.log.append(self.name)
+        return [self.us] * replays
+
+
+def test_graphs_are_timed_in_rounds_each_starting_one_place_later():
+    log = []
+    graphs = {name: Graph(name, log, us) for name, us in (("a", 1.0), ("b", 2.0), ("c", 3.0))}
+    samples = graph_timing.interleaved_us(graphs, rounds=3, replays=4)
+    assert log == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]   # each graph first once, never always after another
+    assert samples == {"a": [1.0] * 12, "b": [2.0] * 12, "c": [3.0] * 12}
+    assert graph_timing.interleaved_us({}, rounds=3, replays=4) == {}
+
+
+def test_kernel_mode_times_a_problems_implementations_together(monkeypatch):
+    from cudal2_testing.measure import timing
+
+    log = []
+
+    class Captured:
+        def __init__(self, call, n_sets, calls, stream):
+            if call == "broken":
+                raise RuntimeError("operation not permitted when stream is capturing")
+            self.name, self.calls = call, calls
+
+        def time(self, replays):
+            log.append(self.name)
+            return [{"x": 2.0, "y": 3.0}[self.name]] * replays
+
+    monkeypatch.setattr(graph_timing, "CapturedCalls", Captured)
+    monkeypatch.setattr(timing.torch.cuda, "Stream", lambda: None)
+    timed, errors = timing.kernel_mode_interleaved({"X": "x", "Y": "y", "Z": "broken"}, 1, {"X": 8, "Y": 16, "Z": 4},
+                                                   rounds=2, reps=5)
+    assert log == ["x", "y", "y", "x"] and list(errors) == ["Z"]
+    assert timed["X"]["median_us"] == 2.0 and timed["X"]["samples"] == 10 and timed["X"]["calls_per_replay"] == 8
+    assert timed["Y"]["calls_per_replay"] == 16

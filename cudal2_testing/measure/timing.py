@@ -1,8 +1,9 @@
 """The timing modes of docs/EVALUATION.md.
 
 kernel: R back-to-back calls captured in a CUDA graph, the replay timed with CUDA events, median over replays,
-per-call time = replay / R. kernel_after: the same with a non-GEMM kernel that writes the call's input before each
-call, less that kernel's own time (a GEMM's place in a model, where PDL overlaps it with a different predecessor).
+per-call time = replay / R; the benchmarks time a problem's implementations in rotated rounds
+(`kernel_mode_interleaved`) after sizing each one's R. kernel_after: the same with a non-GEMM kernel that writes the
+call's input before each call, less that kernel's own time (a GEMM's place in a model, where PDL overlaps it with a different predecessor).
 offline: host perf_counter around one call with a device synchronize before and after, fresh inputs written before
 each call outside the timed region, implementations interleaved in shuffled order. server: offline plus an
 exponential idle gap (mean 1/QPS) before each call.
@@ -56,6 +57,24 @@ def kernel_mode(call: IndexedCall, n_sets: int, est_ms: float, *, target_ms: flo
     per_call_us, reps_calls = graph_timing.sized_replay_us(call, n_sets, reps_calls, reps, torch.cuda.Stream(),
                                                            target_ms * 1e3, limit)
     return {**summarize_us(per_call_us), "calls_per_replay": reps_calls}
+
+
+def kernel_mode_interleaved(calls: dict[Hashable, IndexedCall], n_sets: int, calls_per_replay: dict[Hashable, int], *,
+                            rounds: int = 3, reps: int = 5) -> tuple[dict[Hashable, dict], dict[Hashable, Exception]]:
+    """Kernel mode for several implementations of one problem at once: each one's graph of its `calls_per_replay`
+    calls (from its own `kernel_mode` sizing) captured, then all timed in `rounds` rotated rounds of `reps` replays
+    (`graph_timing.interleaved_us`), so that they share the GPU's power state and clock drift. Returns ({key: summary},
+    {key: the error of a graph that could not be captured})."""
+    stream = torch.cuda.Stream()
+    graphs, errors = {}, {}
+    for key, call in calls.items():
+        try:
+            graphs[key] = graph_timing.CapturedCalls(call, n_sets, calls_per_replay[key], stream)
+        except RuntimeError as exc:
+            errors[key] = exc
+    samples = graph_timing.interleaved_us(graphs, rounds, reps)
+    timed = {key: {**summarize_us(times), "calls_per_replay": graphs[key].calls} for key, times in samples.items()}
+    return timed, errors
 
 
 def after_kernel_mode(call: IndexedCall, produce: IndexedCall, n_sets: int, est_ms: float, *, target_ms: float = 1.0,
