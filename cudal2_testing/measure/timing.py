@@ -4,9 +4,9 @@ kernel: R back-to-back calls captured in a CUDA graph, the replay timed with CUD
 per-call time = replay / R; the benchmarks time a problem's implementations in rotated rounds
 (`kernel_mode_interleaved`) after sizing each one's R. kernel_after: the same with a non-GEMM kernel that writes the
 call's input before each call, less that kernel's own time (a GEMM's place in a model, where PDL overlaps it with a
-different predecessor). offline: host perf_counter around one call with a device synchronize before and after, fresh inputs written before
-each call outside the timed region, implementations interleaved in shuffled order. server: offline plus an
-exponential idle gap (mean 1/QPS) before each call.
+different predecessor). offline: host perf_counter around one call with a device synchronize before and after, fresh
+inputs written before each call outside the timed region, implementations interleaved in shuffled order. server:
+offline plus an exponential idle gap (mean 1/QPS) before each call.
 """
 from __future__ import annotations
 
