@@ -137,7 +137,9 @@ def time_case(judge_us: float, runner: ScriptedRunner, base_us=2.0, base_wall_us
     bracket = types.SimpleNamespace(measure=lambda op: (judge_us, {}))
     flags: list[str] = []
     workspace = types.SimpleNamespace(fill_=lambda value: None)
-    us = judge._time_case(runner, bracket, FakeSets(), workspace, 0.0, 0, base_us, base_wall_us, 0.0, flags)
+    us, case_base_us = judge._time_case(runner, bracket, FakeSets(), workspace, 0.0, 0, base_us, base_wall_us, 0.0,
+                                        flags)
+    assert case_base_us == base_us   # a short problem: the cached baseline is the verdict's
     return us, flags
 
 

@@ -45,3 +45,12 @@ def test_runner_writes_kernel_after_rows():
     by_mode = {r["mode"]: r for r in rows}
     assert set(by_mode) == {"kernel", "kernel_after"} and all(r["ok"] for r in rows), rows
     assert by_mode["kernel_after"]["producer_us"] > 0 and by_mode["kernel_after"]["median_us"] > 0
+
+
+def test_kernel_mode_times_a_shapes_implementations_in_rounds():
+    torch_impls = impls.build(["torch"], ["nn", "nt"])[0]
+    settings = runner.Settings(modes=("kernel",), target_ms=0.2)
+    todo = {("torch", i.layout, "kernel") for i in torch_impls}
+    rows = runner.measure((256, 512, 128), "fp16", torch_impls, todo, settings, l2_bytes=50 << 20)
+    assert len(rows) == 2 and all(r["ok"] and r["samples"] == 5 * runner.INTERLEAVED_ROUNDS for r in rows), rows
+    assert all(0 < r["median_us"] < 100 for r in rows), rows
