@@ -59,7 +59,7 @@ def interleaved_us(graphs: dict, rounds: int, replays: int) -> dict:
     """{key: per-call microseconds} of several captured graphs (`CapturedCalls` or anything with `time(replays)`)
     timed in `rounds` rounds of `replays` replays each, every graph once per round, the order rotated by one place
     each round: no graph is always the first timed after a pause or always follows the same one. A power-limited GPU
-    runs the first burst after a pause faster than it sustains (an H200, 2-11% on problems above 2^40), and its clock
+    runs the first burst after a pause faster than it sustains (an H200, 2-18% on problems above 2^40), and its clock
     drifts over seconds, so graphs timed one after the other compare their moments as much as their kernels."""
     keys = list(graphs)
     samples: dict = {key: [] for key in keys}
