@@ -17,6 +17,7 @@ DTYPES = check.DTYPES
 MODES = ("kernel", "kernel_after", "offline", "server")
 GRAPH_MODES = ("kernel", "kernel_after")  # timed by CUDA-graph replay
 INTERLEAVED_ROUNDS = 3   # kernel mode: a problem's implementations timed in this many rotated rounds, after sizing
+SIZING_REPS = 2          # replays that size an implementation's calls per replay (its times come from the rounds)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
     if "kernel_after" in graph_modes:
         for inp in sets:
             inp.prepare_producer()
+    calls = {impl: (lambda i, impl=impl: sets[i].call(impl)) for impl in passing}   # call i on input set i
     est: dict[Impl, float] = {}
     sized: dict[Impl, int] = {}   # kernel mode: each implementation's calls per replay, before the interleaved rounds
     for impl in passing:
@@ -139,17 +141,19 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
                 continue
             try:
                 if impl not in est:
-                    est[impl] = timing.estimate_ms(lambda i, impl=impl: sets[i].call(impl), len(sets))
-                res = graph_time(mode, impl, sets, est[impl], settings.target_ms)
-                if mode == "kernel":
-                    sized[impl] = res["calls_per_replay"]
+                    est[impl] = timing.estimate_ms(calls[impl], len(sets))
+                if mode == "kernel":   # sized here (a replay of about target_ms), timed with the others below
+                    sized[impl] = timing.kernel_mode(calls[impl], len(sets), est[impl], target_ms=settings.target_ms,
+                                                     min_reps=SIZING_REPS, small_reps=SIZING_REPS)["calls_per_replay"]
                     continue
+                res = timing.after_kernel_mode(calls[impl], lambda i: sets[i].produce(), len(sets), est[impl],
+                                               target_ms=settings.target_ms)
                 rows.append(timed_row(shape, dtype, impl, mode, passing[impl], settings, res))
             except RuntimeError as exc:
                 rows.append(_row(shape, dtype, impl, mode, ok=False, rel_err=passing[impl], error=_failure(exc)))
     if sized:
-        calls = {impl: (lambda i, impl=impl: sets[i].call(impl)) for impl in sized}
-        timed, errors = timing.kernel_mode_interleaved(calls, len(sets), sized, rounds=INTERLEAVED_ROUNDS)
+        timed, errors = timing.kernel_mode_interleaved({impl: calls[impl] for impl in sized}, len(sets), sized,
+                                                       rounds=INTERLEAVED_ROUNDS)
         rows += [timed_row(shape, dtype, impl, "kernel", passing[impl], settings, res) for impl, res in timed.items()]
         rows += [_row(shape, dtype, impl, "kernel", ok=False, rel_err=passing[impl], error=_failure(exc))
                  for impl, exc in errors.items()]
@@ -167,39 +171,3 @@ def timed_row(shape: Shape, dtype: str, impl: Impl, mode: str, rel_err: float, s
     return _row(shape, dtype, impl, mode, ok=True, rel_err=rel_err, l2=settings.l2,
                 allocated_mib=round(torch.cuda.memory_allocated() / 2**20), **res)
 
-
-def graph_time(mode: str, impl: Impl, sets: list[Inputs], est_ms: float, target_ms: float) -> dict:
-    """One implementation's CUDA-graph timing in `mode` ("kernel": back to back; "kernel_after": each call after a
-    kernel that writes its A), rotating over the input sets."""
-    def call(i: int) -> object:
-        return sets[i].call(impl)
-
-    if mode == "kernel":
-        return timing.kernel_mode(call, len(sets), est_ms, target_ms=target_ms)
-    return timing.after_kernel_mode(call, lambda i: sets[i].produce(), len(sets), est_ms, target_ms=target_ms)
-
-
-def _host_rows(shape: Shape, dtype: str, mode: str, group: list[Impl], errs: dict[Impl, float],
-               est: dict[Impl, float], inp: Inputs, settings: Settings, rng: random.Random) -> list[dict]:
-    """offline/server rows of the implementations in `group`, timed interleaved on fresh inputs."""
-    try:
-        for impl in group:
-            est.setdefault(impl, timing.estimate_ms(lambda i, impl=impl: inp.call(impl), 1))
-        if mode == "server":
-            iters = {impl: settings.server_iters for impl in group}
-        else:
-            lo, hi = settings.offline_iters
-            iters = {impl: timing.host_iterations(est[impl], budget_ms=settings.offline_budget_ms,
-                                                  min_iters=lo, max_iters=hi) for impl in group}
-
-        def refresh(layout: str) -> None:
-            inp.a.normal_()
-            inp.b(layout).normal_()
-
-        res = timing.host_mode({impl: (lambda impl=impl: inp.call(impl)) for impl in group},
-                               {impl: (lambda layout=impl.layout: refresh(layout)) for impl in group},
-                               iters, rng, settings.qps if mode == "server" else None)
-    except RuntimeError as exc:
-        return [_row(shape, dtype, impl, mode, ok=False, rel_err=errs[impl], error=_failure(exc)) for impl in group]
-    extra = {"qps": settings.qps} if mode == "server" else {}
-    return [_row(shape, dtype, impl, mode, ok=True, rel_err=errs[impl], **res[impl], **extra) for impl in group]

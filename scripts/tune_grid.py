@@ -16,7 +16,6 @@ holds the environment, the time each (shape set, layout, dtype) took and the sum
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import sys
@@ -30,7 +29,7 @@ from cudal2_ops.tables import entry_key, parse_key
 from cudal2_testing.measure import env, shapes
 from search import emit
 from search.store import is_store_file, read_store
-from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_sweep
+from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_json, read_sweep
 
 SWEEP_TOP = 3  # a sweep's fastest kernels per problem that the tuner times beside the table's
 BAND_TOP = 2   # kernels that were fastest most often in a size band, timed on every --knobs-from problem of the band
@@ -149,12 +148,6 @@ def modes_of(problems: list[tune.Problem], grid_up_to: float | None,
     return [(mode, part) for mode, part in parts if part]
 
 
-def read_results(path: Path) -> dict:
-    """A results file of this script (plain or .gz)."""
-    data = path.read_bytes()
-    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
-
-
 def write(args: argparse.Namespace, base: dict | None, entries: dict, runs: list[dict]) -> None:
     """The table (base entries overlaid with the tuned ones) and the results file."""
     device = torch.cuda.current_device()
@@ -210,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     base = json.loads(args.base.read_text()) if args.base.exists() else None
     base_entries = (base or {}).get("entries", {})
     if args.merge:
-        parts = [read_results(path) for path in args.merge]
+        parts = [read_json(path) for path in args.merge]
         entries = {key: entry for part in parts for key, entry in part["entries"].items()}
         write(args, base, entries, [run for part in parts for run in part["runs"]])
         print(f"wrote {args.out}: {len(entries)} entries of {len(parts)} tunings over {args.base}")

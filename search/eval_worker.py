@@ -276,9 +276,10 @@ class GpuEvaluator:
         two share the GPU's power state (its cached time is the verdict's baseline on shorter problems)."""
         jt = self.jt
         times, runner_times, base_times = [], [], []
-        paired = jt.heat_runs(base_us, sets.calls) > 0
+        heat = jt.heat_runs(base_us, sets.calls)
+        paired = heat > 0
         base_call = self._baseline_call(sets) if paired else None
-        for _ in range(jt.heat_runs(base_us, sets.calls)):   # after the checks' and the capture's pauses: busy again
+        for _ in range(heat):   # after the checks' and the capture's pauses: busy again
             bracket.measure("replay")
             if runner.request("timed").get("error"):
                 break   # (the first timed replay reports the failure)

@@ -161,9 +161,14 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
             "rows": list(rows.values())}
 
 
+def read_json(path: Path) -> dict:
+    """A JSON results file, plain or gzip-compressed (.gz, as results folders keep the larger ones)."""
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+
+
 def read_sweep(path: Path) -> dict:
     """A sweep results file, plain JSON or gzip-compressed (.gz, as older sweeps are committed)."""
-    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+    return read_json(path)
 
 
 def table_path(root: Path, env: dict) -> Path:

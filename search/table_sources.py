@@ -10,7 +10,6 @@ changes:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import tempfile
@@ -79,7 +78,7 @@ def rebuild(slug: str, committed_header: dict, results: Path = RESULTS) -> Rebui
                 emit.emit(store, root)
             emitted = json.loads(path.read_text())
         built = emitted or swept
-    tunings = [json.loads(gzip.decompress((folder / name).read_bytes())) for name in sources.tunings]
+    tunings = [table_select.read_json(folder / name) for name in sources.tunings]
     header = {k: v for k, v in committed_header.items() if k != "withheld_unsanitized"}
     entries = dict(built["entries"])
     for tuning in tunings:
