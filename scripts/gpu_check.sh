@@ -149,7 +149,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
               --max-builds "${SEARCH_MAX_BUILDS:-0}" --seed "${SEARCH_SEED:-0}")
             # SEARCH_WARM_START: measurement files the rl policy is fit to first (default: one sweep per GPU, the H100's
             # and the H200's, about 15 s of fitting; every committed sweep would take about 100 s)
-            read -r -a warm <<<"${SEARCH_WARM_START:-benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json}"
+            read -r -a warm <<<"${SEARCH_WARM_START:-benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz}"
             for policy in ${SEARCH_POLICIES:-rl random}; do
               extra=(); [ "$policy" = rl ] && [ ${#warm[@]} -gt 0 ] && extra=(--warm-start "${warm[@]}")
               STAGE_TIMEOUT=$("$PY" -c "print(int(${half} * 60 + 120))") \
@@ -166,7 +166,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                  --artifacts build/search --store-dir "$stores" --minutes "$minutes" --out "$OUT_DIR/budget_hardware.json" \
                  --warm-from benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \
                    benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz \
-                   benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json "${more[@]}"
+                   benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz "${more[@]}"
                mkdir -p "$OUT_DIR/budget_hw" && cp "$stores"/*.sqlite "$OUT_DIR/budget_hw/" 2>/dev/null ;;
     search-emit) stage search_emit "$PY" -m search emit --store "$OUT_DIR/search.sqlite" &&
                  cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" && stage rebuild ./scripts/install.sh ;;

@@ -14,7 +14,7 @@ first until the time budget is spent (the file records whether the sweep complet
 
 Cost: knob exploration is bounded to the KNOB_TOP kernels of each problem plus one per other family, each with at
 most 11 variants (sm90 stream-K: 8 swizzle x raster + 3 splits; sm90 persistent 8; sm80_cute 4 swizzle x raster + up
-to 6 split counts; decode up to 6). On the H200 (`sweep_2026-11-23_cc51879.json`) 643 of the 654 default problems
+to 6 split counts; decode up to 6). On the H200 (`sweep_2026-11-23_cc51879.json.gz`) 643 of the 654 default problems
 fit in a 285 s budget, hence the 600 s default budget.
 
     python -m search.sweep --out sweep.json [--sample 100] [--max-log2-mnk 24] [--llm-max-m 64] [--budget-s 600]

@@ -34,7 +34,7 @@ class Sources(NamedTuple):
 
 SOURCES = {
     "nvidia_h200": Sources(
-        sweeps=("sweep_2026-11-23_cc51879.json", "sweep_small_m_2026-11-23_be3d17d.json.gz",
+        sweeps=("sweep_2026-11-23_cc51879.json.gz", "sweep_small_m_2026-11-23_be3d17d.json.gz",
                 "sweep_small_m_cold_2026-11-23_15a943c.json.gz"),
         store="search_store_2026-11-25_4a7bcf5.sqlite.gz",
         tunings=("tune_grid_below2e30_2026-11-26_87757c0.json.gz", "tune_grid_above2e30_fp16_2026-11-26_bcae5f1.json.gz",

@@ -24,7 +24,7 @@ The page states the issue's target per set and rl variant (random search's final
 its evaluations) and the evaluations to reach 99% of it; `--before` repeats that table for an earlier result.
 
     python -m studies.budget_replay --sweep benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \\
-        --warm-from benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json \\
+        --warm-from benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz \\
         --out benchmarks/results/nvidia_h100_80gb_hbm3/budget_replay_2026-11-25.json
 """
 from __future__ import annotations

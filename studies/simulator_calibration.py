@@ -50,7 +50,7 @@ from search.table_select import read_sweep
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 STORE = RESULTS / "nvidia_h200" / "search_store_2026-11-25_4a7bcf5.sqlite.gz"
-H200_SWEEP = RESULTS / "nvidia_h200" / "sweep_2026-11-23_cc51879.json"
+H200_SWEEP = RESULTS / "nvidia_h200" / "sweep_2026-11-23_cc51879.json.gz"
 H100_SWEEP = RESULTS / "nvidia_h100_80gb_hbm3" / "sweep_2026-11-25_a3fd6a0.json.gz"
 CEILING_PAIRS = ((H200_SWEEP, RESULTS / "nvidia_h200" / "sweep_2026-11-23_4da71c4.json.gz"), (H200_SWEEP, H100_SWEEP))
 STEPS = (0.5, 0.7, 0.85, 1.2, 1.4, 2.0)  # multiplicative moves of one constant tried per pass

@@ -16,7 +16,7 @@ from studies import budget_hardware
 
 REPO = Path(__file__).resolve().parent.parent
 H100_SWEEP = REPO / "benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz"
-H200_SWEEP = REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json"
+H200_SWEEP = REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz"
 
 
 class CountingJudge:

@@ -85,7 +85,7 @@ def test_warm_start_from_the_scored_gpu_is_refused(small_sweep):
     env = ReplayBackend(small_sweep).environment()
     with pytest.raises(UserError, match="leave-one-GPU-out"):
         budget_replay.check_leave_one_gpu_out(env, [H100_SWEEP], small_sweep)
-    other = REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json"
+    other = REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz"
     budget_replay.check_leave_one_gpu_out(env, [other], small_sweep)
 
 

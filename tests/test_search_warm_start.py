@@ -48,7 +48,7 @@ def test_the_committed_h200_sweep_teaches_hopper_kernels_for_large_squares_only(
     policy = Policy(90, 0)
     large = Problem("nt", "fp16", 4096, 4096, 4096)
     tiny_prior = policy.top_values(large, 9)["family"]
-    sweep = ROOT / "benchmarks" / "results" / "nvidia_h200" / "sweep_2026-11-23_cc51879.json"
+    sweep = ROOT / "benchmarks" / "results" / "nvidia_h200" / "sweep_2026-11-23_cc51879.json.gz"
     assert warm_start.warm_start(policy, warm_start.load([sweep])) > 10000
     family = {m: dict(policy.top_values(Problem("nt", "fp16", m, m, m), 9)["family"]) for m in (64, 4096)}
     measured = {m: {f: p for f, p in family[m].items() if f != "tiny"} for m in family}
