@@ -13,8 +13,8 @@ cuBLASLt-autotune among its own first b evaluations (0.01 while a problem has no
 b per problem there. All runs share one judge (`search.backends.memo`): a (candidate, problem) pair is timed once and
 its verdict served to every run that proposes it again, so equal choices get equal times (common measurements) and
 the GPU is not spent twice on one pair; each run is charged for its own requests all the same. The uncertainty is
-a paired bootstrap over the set's problems (seed 0's runs; `--seeds` more for more): the geomean's 95% interval at
-each budget, the rl variants' ratio to random search at the last budget, and the evaluations each needs to reach
+a paired bootstrap over the set's problems (the first seed whose runs are all complete; `--seeds` more for more;
+the curves count a seed only where every proposer's run of it is complete): the geomean's 95% interval at each budget, the rl variants' ratio to random search at the last budget, and the evaluations each needs to reach
 random search's final geomean (the issue's target: at most a third of random's).
 
 Time: the study stops starting rounds after `--minutes` and writes what it has; run it again with the same
@@ -220,7 +220,7 @@ def study(args: argparse.Namespace, log=print) -> dict:
                     found = record.pop("by_problem")
                     runs[f"{name}/{proposer}/{seed}"] = record
                     if found is not None:
-                        by_problem.setdefault(name, {}).setdefault(proposer, []).append(found)
+                        by_problem.setdefault(name, {}).setdefault(proposer, {})[seed] = found
                     log(f"seed {seed} {name} ({len(problems)} problems) {proposer}: {record['evaluations']} of "
                         f"{record['budget']} ({record['judged']} judged here)" +
                         (f", geomean {geomean_curve(found)[-1]:.4f}" if found else ""))
@@ -233,10 +233,14 @@ def study(args: argparse.Namespace, log=print) -> dict:
 
 
 def analyse(doc: dict, proposers: list[str]) -> dict:
-    """Adds the curves (set -> proposer -> one geomean curve per seed) and seed 0's bootstrap, of each set whose
-    runs of every proposer are complete."""
-    doc["by_problem"] = {name: by_proposer for name, by_proposer in doc["by_problem"].items()
-                         if set(by_proposer) == set(proposers)}
+    """Adds the curves (set -> proposer -> one geomean curve per seed) and the first seed's bootstrap, of each set
+    over the seeds whose runs of every proposer are complete (`seeds`: set -> those seeds); `by_problem` comes in as
+    set -> proposer -> {seed: per-problem bests} and leaves as set -> proposer -> [per-problem bests of those seeds]."""
+    complete = {name: sorted(set.intersection(*(set(by_proposer.get(p, {})) for p in proposers)))
+                for name, by_proposer in doc["by_problem"].items()}
+    doc["seeds"] = {name: seeds for name, seeds in complete.items() if seeds}
+    doc["by_problem"] = {name: {p: [doc["by_problem"][name][p][seed] for seed in seeds] for p in proposers}
+                         for name, seeds in doc["seeds"].items()}
     doc["curves"] = {name: {p: [geomean_curve(b) for b in per_seed] for p, per_seed in by_proposer.items()}
                      for name, by_proposer in doc["by_problem"].items()}
     doc["bootstrap"] = {name: bootstrap({p: per_seed[0] for p, per_seed in by_proposer.items()})
@@ -260,6 +264,7 @@ def render(doc: dict, out: Path) -> str:
     env, settings, curves = doc["environment"], doc["settings"], doc.get("curves", {})
     budgets = sorted({b for b in (4, 8, 12, settings["per_problem"]) if b <= settings["per_problem"]})
     rate, verdict_rate, judged, verdicts, gpu_minutes = throughput(doc)
+    seeds = {name: ", ".join(map(str, of_set)) for name, of_set in doc.get("seeds", {}).items()}
     measured = {"g1000": f"{settings['shapes']}-problem stratified G1000 sample",
                 "llm_decode": f"LLM decode shapes (M <= {settings['decode_max_m']}" + (
                     f", M in {{{', '.join(map(str, settings['decode_ms']))}}})" if settings.get("decode_ms") else ")")}
@@ -268,9 +273,9 @@ def render(doc: dict, out: Path) -> str:
              f"{env.get('cuda')}, cuBLAS {env.get('cublas')}, torch {env.get('torch')}), PDL off, every verdict by "
              "the search's judge against cuBLASLt-autotune timed in the same judge",
              f"- Sets with every proposer's runs complete: "
-             f"{', '.join(measured[name] for name in curves) or 'none'} (asked: "
-             f"{', '.join(measured[name] for name in settings['sets'])}), fp16 NT; {settings['per_problem']} "
-             f"evaluations per problem per run; built kernels and their knobs only; seeds 0-{settings['seeds'] - 1}",
+             f"{', '.join(f'{measured[name]} (seeds {seeds[name]})' for name in curves) or 'none'}"
+             f" (asked: {', '.join(measured[name] for name in settings['sets'])}, seeds 0-{settings['seeds'] - 1}), "
+             f"fp16 NT; {settings['per_problem']} evaluations per problem per run; built kernels and their knobs only",
              f"- Warm start (rl+warm) from other GPUs' sweeps: {', '.join(f'`{p}`' for p in doc['warm_from'])}" +
              (f"; left out as this GPU's: {', '.join(f'`{p}`' for p in doc['warm_left_out'])}"
               if doc["warm_left_out"] else ""),
@@ -298,7 +303,7 @@ def render(doc: dict, out: Path) -> str:
     for name, boot in doc["bootstrap"].items():
         for proposer, (low, high) in boot["band"].items():
             rows.append([name, proposer] + [f"{low[b - 1]:.4f}-{high[b - 1]:.4f}" for b in budgets])
-    lines += ["", "95% paired-bootstrap intervals over problems (seed 0):", ""]
+    lines += ["", "95% paired-bootstrap intervals over problems (the first complete seed of each set):", ""]
     lines += markdown_table(["set", "proposer"] + [f"{b}" for b in budgets], rows)
     final = settings["per_problem"]
     lines += ["", f"The target (issue 26): the policy reaches random search's final geomean (at {final} evaluations "
@@ -310,7 +315,7 @@ def render(doc: dict, out: Path) -> str:
              f"{evals(v['reach'][0])} to {evals(v['reach'][1])}", f"{v['within_third']:.2f}"]
             for name, boot in doc["bootstrap"].items() for proposer, v in boot["vs_random"].items()]
     if rows:
-        lines += ["", f"Paired bootstrap (seed 0, {BOOTSTRAP} resamples): the rl variant's final geomean over random's, "
+        lines += ["", f"Paired bootstrap (the first complete seed, {BOOTSTRAP} resamples): the rl variant's final geomean over random's, "
                       "the evaluations it needs to reach random's final geomean, and the share of resamples in which "
                       "that is within a third of the budget:", ""]
         lines += markdown_table(["set", "policy", "ratio to random at the end, 95%", "evaluations to reach, 95%",
@@ -373,8 +378,8 @@ def reanalyse(doc: dict, store_dir: Path) -> dict:
                     if record is not None:
                         record["gpus"] = cards_of(store, run["id"])
                     if store.evaluation_count(run["id"]) >= settings["per_problem"] * len(problems):
-                        by_problem.setdefault(name, {}).setdefault(proposer, []).append(
-                            best_by_problem(store, run["id"], problems, settings["per_problem"]))
+                        by_problem.setdefault(name, {}).setdefault(proposer, {})[seed] = best_by_problem(
+                            store, run["id"], problems, settings["per_problem"])
     return analyse({**doc, "by_problem": by_problem, "curves_from": str(store_dir)}, settings["proposers"])
 
 

@@ -182,3 +182,16 @@ def test_the_rate_counts_each_run_on_the_cards_that_judged_it():
     rate, verdict_rate, judged, verdicts, gpu_minutes = budget_hardware.throughput({"runs": runs, "gpus": 3})
     assert (judged, verdicts, gpu_minutes) == (1000, 1100, 9.0)
     assert rate == pytest.approx(1000 / 9) and verdict_rate == pytest.approx(1100 / 9)
+
+
+def test_the_curves_count_only_seeds_whose_runs_are_all_complete():
+    """random complete for seeds 0 and 1, rl for seed 0 only: the mean over seeds must not average random over two
+    seeds against rl over one, so seed 1 is left out of both."""
+    best = {f"p{i}": [0.5, 0.8, 0.9 + 0.01 * i] for i in range(4)}
+    better = {p: [x * 1.1 for x in v] for p, v in best.items()}
+    doc = budget_hardware.analyse({"by_problem": {"g1000": {"random": {0: best, 1: better}, "rl": {0: best}}}},
+                                  ["random", "rl"])
+    assert doc["seeds"] == {"g1000": [0]}
+    assert doc["curves"]["g1000"]["random"] == doc["curves"]["g1000"]["rl"] and len(doc["curves"]["g1000"]["rl"]) == 1
+    none = budget_hardware.analyse({"by_problem": {"g1000": {"random": {1: best}, "rl": {0: best}}}}, ["random", "rl"])
+    assert none["seeds"] == {} and none["curves"] == {}

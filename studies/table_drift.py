@@ -1,0 +1,122 @@
+"""Where the table loses to the bar: a benchmark's cudal2 times against the times its table's entries were tuned at.
+
+For each shape of a kernel-mode benchmark (`python -m benchmarks.grid`, cudal2 and the same-layout cuBLASLt-autotune
+with its repeat) whose table entry is a cuBLASLt configuration, two drifts since tuning: cudal2's time over the
+entry's tuned time (`cublaslt_us`) and the bar's time over the baseline the tuner measured (`baseline_us`). Both near
+1.00 mean the entry still ranks where it was tuned; cudal2 drifting while the bar does not means the entry's
+configuration lost its rank among near-equal ones (another card, another power state) and the bar's fresh autotune
+found a faster one. The report counts the shapes below 0.97 of the bar by that cause, per log2(MNK) bucket.
+
+    python -m studies.table_drift --table kernels/sm90/nvidia_h200.json --runs RUN.json.gz ... --out drift.md
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+from pathlib import Path
+
+from cudal2_ops.tables import entry_key
+from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
+from cudal2_testing.measure.summary import markdown_table
+from search.table_select import read_json
+
+LOSS = 0.97    # below this fraction of the bar a shape counts as a loss (docs/EVALUATION.md)
+DRIFT = 1.03   # a time more than 3% above the one measured at tuning counts as drifted
+BARS = {"nn": "cublaslt-autotune-nn", "nt": "cublaslt-autotune-tn"}
+
+
+def shapes_of(doc: dict) -> dict[tuple, dict[str, float]]:
+    """{(layout, dtype, m, n, k): {impl: median us}} of a run's valid kernel-mode rows: per layout of cudal2's rows,
+    cudal2 and the bar of that layout with its repeat (a bar's name says its layout)."""
+    times: dict[tuple, dict[str, float]] = collections.defaultdict(dict)
+    for r in doc["rows"]:
+        if r["ok"] and r["mode"] == "kernel":
+            name = f"cudal2@{r['layout']}" if r["impl"] == "cudal2" else r["impl"]
+            times[(r["dtype"], r["m"], r["n"], r["k"])][name] = r["median_us"]
+    out = {}
+    for (dtype, m, n, k), by_impl in times.items():
+        for layout, bar in BARS.items():
+            if f"cudal2@{layout}" in by_impl and bar in by_impl:
+                out[(layout, dtype, m, n, k)] = {"cudal2": by_impl[f"cudal2@{layout}"], bar: by_impl[bar]} | (
+                    {f"{bar}-repeat": by_impl[f"{bar}-repeat"]} if f"{bar}-repeat" in by_impl else {})
+    return out
+
+
+def drift_rows(entries: dict, runs: list[dict]) -> list[dict]:
+    """One record per shape and layout with a cuBLASLt entry and cudal2 and bar times."""
+    rows = []
+    for doc in runs:
+        for (layout, dtype, m, n, k), times in shapes_of(doc).items():
+            entry, bar = entries.get(entry_key(layout, dtype, m, n, k), {}), BARS[layout]
+            if entry.get("kernel") or not entry.get("cublaslt_us"):
+                continue
+            rows.append({"shape": (m, n, k), "layout": layout, "dtype": dtype, "bucket": bucket_of((m, n, k)),
+                         "vs_bar": times[bar] / times["cudal2"],
+                         "bar_vs_repeat": times[bar] / times.get(f"{bar}-repeat", times[bar]),
+                         "cudal2_drift": times["cudal2"] / entry["cublaslt_us"],
+                         "bar_drift": times[bar] / entry["baseline_us"]})
+    return rows
+
+
+def cause(row: dict) -> str:
+    """Why a loss: the entry's configuration slowed more than the bar's pick, both slowed alike, or neither."""
+    if row["cudal2_drift"] > DRIFT and row["bar_drift"] <= DRIFT:
+        return "entry lost its rank"
+    if row["cudal2_drift"] > DRIFT:
+        return "both slower than at tuning"
+    return "entry at its tuned time"
+
+
+def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
+    """Markdown lines and the JSON summary."""
+    by_bucket = {b: [r for r in rows if r["bucket"] == b] for b in BUCKET_LABELS}
+    summary = {}
+    table = []
+    for b, rs in by_bucket.items():
+        if not rs:
+            continue
+        losses = [r for r in rs if r["vs_bar"] < LOSS]
+        causes = collections.Counter(cause(r) for r in losses)
+        noise = sum(not LOSS <= r["bar_vs_repeat"] <= 1 / LOSS for r in rs)
+        summary[b] = {"shapes": len(rs), "cudal2_drift_median": statistics.median(r["cudal2_drift"] for r in rs),
+                      "bar_drift_median": statistics.median(r["bar_drift"] for r in rs), "losses": len(losses),
+                      "loss_causes": dict(causes), "bar_vs_repeat_outside_3pct": noise}
+        s = summary[b]
+        table.append([b, len(rs), f"{s['cudal2_drift_median']:.3f}", f"{s['bar_drift_median']:.3f}", len(losses),
+                      causes["entry lost its rank"], causes["both slower than at tuning"],
+                      causes["entry at its tuned time"], noise])
+    lines = ["# The table's cuBLASLt entries: drift since tuning, and the shapes below 0.97 of the bar", "",
+             f"- Runs: {', '.join(f'`{s}`' for s in sources)}",
+             f"- Drift: a time over the one the tuner measured for the entry (cudal2: the entry's `cublaslt_us`; the "
+             f"bar: the entry's `baseline_us`); drifted = above {DRIFT:.2f}. Loss: cudal2 below {LOSS} of the "
+             "same-layout cuBLASLt-autotune timed in the same run.", "",
+             *markdown_table(["log2 MNK", "shapes", "cudal2 drift (median)", "bar drift (median)", "losses",
+                              "entry lost its rank", "both slower", "entry at its tuned time",
+                              "bar vs its repeat outside 3%"], table), ""]
+    worst = sorted((r for r in rows if r["vs_bar"] < LOSS), key=lambda r: r["vs_bar"])[:15]
+    lines += ["Worst losses:", "", *markdown_table(
+        ["layout", "dtype", "M x N x K", "vs bar", "bar vs repeat", "cudal2 drift", "bar drift"],
+        [[r["layout"], r["dtype"], "x".join(map(str, r["shape"])), f"{r['vs_bar']:.3f}", f"{r['bar_vs_repeat']:.3f}",
+          f"{r['cudal2_drift']:.3f}", f"{r['bar_drift']:.3f}"] for r in worst]), ""]
+    return lines, {"sources": sources, "loss": LOSS, "drift": DRIFT, "by_bucket": summary}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m studies.table_drift", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", type=Path, required=True, help="the table the runs loaded")
+    parser.add_argument("--runs", type=Path, nargs="+", required=True, help="kernel-mode results files (JSON or gzip)")
+    parser.add_argument("--out", type=Path, required=True, help="markdown report; its JSON beside it")
+    args = parser.parse_args(argv)
+    entries = json.loads(args.table.read_text())["entries"]
+    rows = drift_rows(entries, [read_json(p) for p in args.runs])
+    lines, doc = report(rows, [str(p) for p in args.runs])
+    args.out.write_text("\n".join(lines))
+    args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
