@@ -1,4 +1,4 @@
-"""`python -m benchmarks.report <run.json>`: from a results file writes `<run>.csv` (one line per row, with its
+"""`python -m benchmarks.report <run.json>` (or `<run.json.gz>`): from a results file writes `<run>.csv` (one line per row, with its
 roofline floor), `<run>.md` (Table 1 layout, aggregates per mode and bucket, roofline, sanity, failures),
 `<run>_speedup_<mode>_<layout>_<dtype>.png` and `<run>_roofline_<mode>.png`, and merges the run's aggregates into
 `summary.json` next to it. Every figure is computed from the measured rows."""
@@ -33,9 +33,9 @@ def comparisons(doc: dict, ours: str, stat: str) -> dict[tuple[str, str, str], s
 
 def make_report(path: Path, ours: str = "cudal2", stat: str = "median", plot: bool = True,
                 update_summary: bool = True) -> list[Path]:
-    """Writes every report file of the run at `path`; returns the paths written."""
-    path = Path(path)
+    """Writes every report file of the run at `path` (`.json` or `.json.gz`) beside it; returns the paths written."""
     doc = results.load(path)
+    path = Path(path).with_suffix("") if Path(path).suffix == ".gz" else Path(path)   # the report files' stem
     header, roofline = doc["header"], doc["header"]["roofline"]
     comps = comparisons(doc, ours, stat)
     effs = stats.roofline_efficiency(doc["rows"], roofline, stat)

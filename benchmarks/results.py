@@ -2,6 +2,7 @@
 flushed often and resumed (rows already present are skipped)."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -20,8 +21,9 @@ def row_key(row: dict) -> tuple:
 
 
 def load(path: Path) -> dict:
-    """A results document."""
-    doc = json.loads(Path(path).read_text())
+    """A results document, plain or gzip-compressed (`.json.gz`, as the results folders keep them)."""
+    path = Path(path)
+    doc = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: results schema {doc.get('schema')!r}, expected {SCHEMA}")
     return doc

@@ -1,6 +1,7 @@
 """CPU tests of the report: CSV, markdown (Table 1 layout), summary.json schema and merging, PNG plots, all on a
 synthetic results file."""
 import csv
+import gzip
 import json
 import random
 
@@ -61,6 +62,18 @@ def test_report_writes_every_file(tmp_path):
     assert len(pngs) == 2 + 1  # speedup per layout + roofline
     for p in pngs:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_gzipped_run_reports_as_its_plain_self(tmp_path):
+    """The results folders keep runs as .json.gz: the report reads them and names its files after the run."""
+    plain, zipped = tmp_path / "plain" / "run.json", tmp_path / "zipped" / "run.json"
+    results.save(plain, synthetic_doc(modes=("kernel",)))
+    zipped.parent.mkdir()
+    zipped.with_name("run.json.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    report.make_report(plain, plot=False, update_summary=False)
+    written = report.make_report(zipped.with_name("run.json.gz"), plot=False, update_summary=False)
+    assert [p.name for p in written] == ["run.csv", "run.md"]
+    assert zipped.with_suffix(".md").read_text() == plain.with_suffix(".md").read_text()
 
 
 def test_csv_has_every_row(run_file):
