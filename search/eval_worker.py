@@ -279,10 +279,10 @@ class GpuEvaluator:
         heat = jt.heat_runs(base_us, sets.calls)
         paired = heat > 0
         base_call = self._baseline_call(sets) if paired else None
-        for _ in range(heat):   # after the checks' and the capture's pauses: busy again
-            bracket.measure("replay")
-            if runner.request("timed").get("error"):
-                break   # (the first timed replay reports the failure)
+        if heat:   # after the checks' and the capture's pauses: busy again, the graph replayed back to back in one
+            error = runner.request("heat", replays=heat).get("error")   # request (not a bracket and round trips per
+            if error:                                                    # replay, which left the GPU idle between)
+                raise RunnerDied(CRASH, f"the candidate's kernel failed while heating the GPU: {error}")
         while jt.more_replays(times):
             rep = len(times)
             if paired:   # the baseline's replay of the same R calls, right before the candidate's (it writes D_i first)

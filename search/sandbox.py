@@ -13,6 +13,8 @@ judge asks, one JSON line per request and per answer:
     {"op": "capture", "problems": [P, ...]}        -> {"statuses", "nodes": {type: count}, "error"}
     {"op": "replay", "empty": bool}                -> {}  (waits on "go", replays the captured graph, records "done")
     {"op": "timed"}                                -> {"us": runner-side event time of the last replay}
+    {"op": "heat", "replays": n}                   -> {"error"}  (the captured graph n times back to back, untimed,
+                                                      then a sync of the stream: the GPU kept busy in one request)
     {"op": "eager", "calls": n}                    -> {"nonzero": statuses != 0}  (the captured problems in turn;
                                                       device-wide sync around)
     {"op": "ping"}                                 -> {}
@@ -164,6 +166,12 @@ class Runner:
         if op == "timed":
             error = self._error("cudaStreamSynchronize", self.stream)
             return {"error": error, "us": None if error else self.rt.elapsed_ms(self.start, self.end) * 1e3}
+        if op == "heat":
+            if self.graph_exec is None:
+                return {"error": "heat before a capture"}
+            for _ in range(request["replays"]):
+                self.rt.call("cudaGraphLaunch", self.graph_exec, self.stream)
+            return {"error": self._error("cudaStreamSynchronize", self.stream)}
         if op == "eager":
             problems = self.captured
             if not problems:

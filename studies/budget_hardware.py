@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from cudal2_testing.measure import shapes
+from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.summary import geomean, markdown_table
 from search import warm_start
 from search.backends.memo import MemoBackend
@@ -166,9 +167,22 @@ def run_one(backend: MemoBackend, path: Path, problems: list[Problem], proposer:
         count = store.evaluation_count(run["id"])
         return {"evaluations": count, "budget": budget, "complete": count >= budget, "judged": judged,
                 "elapsed_s": round(run["elapsed_s"], 1), "gpus": cards_of(store, run["id"]),
+                "judge_s_by_bucket": judge_s_by_bucket(store, run["id"]),
                 "by_problem": best_by_problem(store, run["id"], problems, per_problem) if count >= budget else None}
     finally:
         store.close()
+
+
+def judge_s_by_bucket(store: Store, run_id: str) -> dict[str, list[float]]:
+    """log2(MNK) bucket -> [evaluations judged here, the judge's seconds on them] (its `eval_s`; a verdict the memo
+    served again costs none): where the judge's time goes by problem size."""
+    out: dict[str, list[float]] = {}
+    for row in store.query("SELECT p.m, p.n, p.k, e.eval_s FROM evaluations e JOIN problems p ON p.key = e.problem_key "
+                           "WHERE e.run_id = ? AND e.eval_s > 0", (run_id,)):
+        counts = out.setdefault(bucket_of((row["m"], row["n"], row["k"])), [0, 0.0])
+        counts[0] += 1
+        counts[1] += row["eval_s"]
+    return {b: [n, round(t, 1)] for b, (n, t) in sorted(out.items(), key=lambda kv: BUCKET_LABELS.index(kv[0]))}
 
 
 def cards_of(store: Store, run_id: int) -> int | None:
@@ -264,7 +278,9 @@ def render(doc: dict, out: Path) -> str:
     env, settings, curves = doc["environment"], doc["settings"], doc.get("curves", {})
     budgets = sorted({b for b in (4, 8, 12, settings["per_problem"]) if b <= settings["per_problem"]})
     rate, verdict_rate, judged, verdicts, gpu_minutes = throughput(doc)
-    seeds = {name: ", ".join(map(str, of_set)) for name, of_set in doc.get("seeds", {}).items()}
+    seeds = {name: ("seeds " if len(of_set) > 1 else "seed ") + ", ".join(map(str, of_set))
+             for name, of_set in doc.get("seeds", {}).items()}
+    asked = f"seeds 0-{settings['seeds'] - 1}" if settings["seeds"] > 1 else "seed 0"
     measured = {"g1000": f"{settings['shapes']}-problem stratified G1000 sample",
                 "llm_decode": f"LLM decode shapes (M <= {settings['decode_max_m']}" + (
                     f", M in {{{', '.join(map(str, settings['decode_ms']))}}})" if settings.get("decode_ms") else ")")}
@@ -273,8 +289,8 @@ def render(doc: dict, out: Path) -> str:
              f"{env.get('cuda')}, cuBLAS {env.get('cublas')}, torch {env.get('torch')}), PDL off, every verdict by "
              "the search's judge against cuBLASLt-autotune timed in the same judge",
              f"- Sets with every proposer's runs complete: "
-             f"{', '.join(f'{measured[name]} (seeds {seeds[name]})' for name in curves) or 'none'}"
-             f" (asked: {', '.join(measured[name] for name in settings['sets'])}, seeds 0-{settings['seeds'] - 1}), "
+             f"{', '.join(f'{measured[name]} ({seeds[name]})' for name in curves) or 'none'}"
+             f" (asked: {', '.join(measured[name] for name in settings['sets'])}, {asked}), "
              f"fp16 NT; {settings['per_problem']} evaluations per problem per run; built kernels and their knobs only",
              f"- Warm start (rl+warm) from other GPUs' sweeps: {', '.join(f'`{p}`' for p in doc['warm_from'])}" +
              (f"; left out as this GPU's: {', '.join(f'`{p}`' for p in doc['warm_left_out'])}"
@@ -288,6 +304,12 @@ def render(doc: dict, out: Path) -> str:
     lines += markdown_table(["run", "evaluations", "judged here", "run s"],
                             [[k, f"{r['evaluations']} of {r['budget']}", r["judged"], r["elapsed_s"]]
                              for k, r in doc["runs"].items()])
+    timed = {k: r["judge_s_by_bucket"] for k, r in doc["runs"].items() if r.get("judge_s_by_bucket")}
+    if timed:
+        labels = [b for b in BUCKET_LABELS if any(b in by for by in timed.values())]
+        lines += ["", "The judge's seconds per evaluation it judged, by log2(M*N*K) (evaluations in brackets):", ""]
+        lines += markdown_table(["run"] + labels, [[k] + [f"{by[b][1] / by[b][0]:.2f} ({by[b][0]})" if b in by else "-"
+                                                          for b in labels] for k, by in timed.items()])
     if not curves:
         text = "\n".join(lines + ["", "No set has all its runs complete yet."]) + "\n"
         out.with_suffix(".md").write_text(text)
@@ -377,6 +399,7 @@ def reanalyse(doc: dict, store_dir: Path) -> dict:
                     record = doc["runs"].get(f"{name}/{proposer}/{seed}")
                     if record is not None:
                         record["gpus"] = cards_of(store, run["id"])
+                        record["judge_s_by_bucket"] = judge_s_by_bucket(store, run["id"])
                     if store.evaluation_count(run["id"]) >= settings["per_problem"] * len(problems):
                         by_problem.setdefault(name, {}).setdefault(proposer, {})[seed] = best_by_problem(
                             store, run["id"], problems, settings["per_problem"])

@@ -77,6 +77,8 @@ def test_the_study_compares_every_proposer_at_equal_budget(tmp_path):
     for record in doc["runs"].values():
         assert record["evaluations"] == record["budget"] == 30 and record["complete"]
         assert record["judged"] <= record["evaluations"]
+        by_bucket = record["judge_s_by_bucket"]   # where the judge's time went, by size: every judged evaluation
+        assert sum(n for n, _ in by_bucket.values()) == record["judged"] and all(t >= 0 for _, t in by_bucket.values())
     for per_seed in doc["curves"]["g1000"].values():
         curve = per_seed[0]
         assert len(curve) == 5 and all(x <= y + 1e-12 for x, y in zip(curve, curve[1:]))

@@ -19,6 +19,9 @@ class Script:
 
     # the runner
     def request(self, op: str, **fields) -> dict:
+        if op == "heat":
+            self.log += ["heat"] * fields["replays"]
+            return {"error": ""}
         assert op == "timed"
         return {"us": self.cand_us * self.calls}
 
@@ -63,7 +66,7 @@ def test_a_long_problem_is_judged_against_its_baseline_timed_beside_each_replay(
     assert base_us == pytest.approx(3200.0)              # the paired replays' median, not the cached 2900
     heat = judge_timing.heat_runs(2900.0, 1)
     timed = script.log[heat:]
-    assert heat > 0 and script.log[:heat] == ["candidate"] * heat   # busy first
+    assert heat > 0 and script.log[:heat] == ["heat"] * heat   # busy first: the graph replayed back to back
     assert timed[:3] == ["baseline", "poison", "candidate"]          # each replay right after the baseline's
     assert timed.count("baseline") == timed.count("candidate") == judge_timing.MIN_REPS
 
@@ -73,3 +76,10 @@ def test_a_short_problem_keeps_the_cached_baseline():
     cand_us, base_us = time_case(script, cached_base_us=12.0)
     assert base_us == 12.0 and cand_us == pytest.approx(10.0)
     assert "baseline" not in script.log and script.log[:2] == ["poison", "candidate"]
+
+
+def test_a_kernel_that_fails_while_heating_is_a_crash():
+    script = Script(cand_us_per_call=3000.0, base_ms_per_call=[3.0], calls=1)
+    script.request = lambda op, **fields: {"error": "an illegal memory access was encountered"}
+    with pytest.raises(eval_worker.RunnerDied, match="while heating"):
+        time_case(script, cached_base_us=2900.0)

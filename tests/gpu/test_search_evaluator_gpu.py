@@ -11,6 +11,7 @@ import torch
 
 from build_tools import kernel_lib
 from search.backends.local import LocalBackend
+from search import judge_timing
 from search.candidate import CRASH, HANG, INCORRECT, OK, Candidate, Problem
 from search_abi_kernels import naive_source
 
@@ -52,3 +53,13 @@ def test_config_and_naive_kernels_get_their_verdicts(backend):
     assert results[1].speedup < config.speedup   # the naive SIMT kernel is slower than a CuTe tensor-core tile
     assert results[2].reason.split(" check")[0] in ("random", "exact", "exact_small_k")
     assert "within" in results[4].reason and "killed" in results[4].reason
+
+
+def test_a_long_problem_is_heated_and_judged_against_its_paired_baseline(backend):
+    """A problem of HEAT_MIN_US or more per call takes the judge's heat request and paired baseline (the path of
+    every large G1000 problem): an honest tile gets OK against a baseline that long."""
+    cand, long = Candidate(config=CONFIG, provenance="test"), Problem("nt", "fp16", 4096, 4096, 8192)
+    assert backend.compile([cand])[cand.build_key].ok
+    [result] = backend.evaluate([(cand, long)])
+    assert result.status == OK, result.reason
+    assert result.baseline_us >= judge_timing.HEAT_MIN_US and 0.05 < result.speedup < 2.0
