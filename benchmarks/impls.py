@@ -23,15 +23,23 @@ FIXED_LAYOUT = {
 ALL = LAYOUT_FOLLOWING + tuple(FIXED_LAYOUT)
 
 Call = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# What an implementation ran on a problem, after its first call: {"path", "kernel" or "cublaslt_config"} (None: not
+# known). Lets a results file tell a loss between two runs of one configuration (noise) from a different choice.
+Describe = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "dict | None"]
+
+
+def _unknown(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    return None
 
 
 @dataclass(frozen=True)
 class Impl:
-    """One timed implementation: its name, the B layout it consumes and the call."""
+    """One timed implementation: its name, the B layout it consumes, the call and what it ran (`describe`)."""
 
     name: str
     layout: str
     call: Call
+    describe: Describe = _unknown
 
 
 def _cudal2_calls() -> dict[str, Call]:
@@ -41,6 +49,18 @@ def _cudal2_calls() -> dict[str, Call]:
         raise RuntimeError("cudal2_ops.is_available() is False")
     return {"nn": lambda a, b, out: cudal2_ops.matmul(a, b, out=out),
             "nt": lambda a, b, out: cudal2_ops.linear(a, b)}
+
+
+def _cudal2_describe(layout: str) -> Describe:
+    """cudal2's dispatch decision for a problem (`cudal2_ops.explain`): the table kernel or the cuBLASLt
+    configuration, and where that came from."""
+    import cudal2_ops
+
+    def describe(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> dict:
+        d = cudal2_ops.explain(a, b, layout=layout)
+        keep = ("path", "kernel", "splits", "swizzle", "raster", "cublaslt_policy", "cublaslt_config")
+        return {key: d[key] for key in keep if key in d}
+    return describe
 
 
 def _torch_calls() -> dict[str, Call]:
@@ -55,7 +75,7 @@ def _native_call(name: str, layout: str) -> Call:
     from cudal2_testing import lt_baseline
 
     if name.startswith("cublaslt-autotune"):
-        return lt_baseline.AutotunedLt(layout)
+        return lt_baseline.AutotunedLt(layout)   # (its `describe`: the configuration it chose)
     if name.startswith("cublaslt-heuristic"):
         return lt_baseline.heuristic(layout)
     fn = _C.testing.cublas_gemm
@@ -78,9 +98,11 @@ def build(names: list[str], layouts: list[str]) -> tuple[list[Impl], dict[str, s
         try:
             if name in LAYOUT_FOLLOWING:
                 calls = _cudal2_calls() if name == OURS else _torch_calls()
-                impls += [Impl(name, layout, calls[layout]) for layout in layouts]
+                impls += [Impl(name, layout, calls[layout], _cudal2_describe(layout) if name == OURS else _unknown)
+                          for layout in layouts]
             else:
-                impls.append(Impl(name, FIXED_LAYOUT[name], _native_call(name, FIXED_LAYOUT[name])))
+                call = _native_call(name, FIXED_LAYOUT[name])
+                impls.append(Impl(name, FIXED_LAYOUT[name], call, getattr(call, "describe", _unknown)))
         except Exception as exc:  # noqa: BLE001 - any failure to load an implementation makes it unavailable
             unavailable[name] = f"{type(exc).__name__}: {exc}"
     return impls, unavailable

@@ -154,7 +154,8 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
     if sized:
         timed, errors = timing.kernel_mode_interleaved({impl: calls[impl] for impl in sized}, len(sets), sized,
                                                        rounds=INTERLEAVED_ROUNDS)
-        rows += [timed_row(shape, dtype, impl, "kernel", passing[impl], settings, res) for impl, res in timed.items()]
+        rows += [timed_row(shape, dtype, impl, "kernel", passing[impl], settings, res | ran_of(impl, sets[0]))
+                 for impl, res in timed.items()]
         rows += [_row(shape, dtype, impl, "kernel", ok=False, rel_err=passing[impl], error=_failure(exc))
                  for impl, exc in errors.items()]
     del sets[1:]
@@ -163,6 +164,12 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
         if group:
             rows += _host_rows(shape, dtype, mode, group, passing, est, sets[0], settings, rng)
     return rows
+
+
+def ran_of(impl: Impl, inp: Inputs) -> dict:
+    """{"ran": what `impl` ran on this problem (impls.Describe)} where it says; {} where it does not."""
+    ran = impl.describe(inp.a, inp.b(impl.layout), inp.out)
+    return {"ran": ran} if ran else {}
 
 
 def timed_row(shape: Shape, dtype: str, impl: Impl, mode: str, rel_err: float, settings: Settings, res: dict) -> dict:

@@ -41,6 +41,11 @@ class AutotunedLt:
         heuristic = next((t for t in timed if t.config == configs[0]), None)
         return tune.fastest(timed, lambda c: run(c.config), always=heuristic)[0].config
 
+    def describe(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> dict | None:
+        """The configuration chosen for this problem (None before its first call), in the tables' field order."""
+        config = self.chosen.get(self.key(a, b))
+        return None if config is None else {"path": "cublaslt", "cublaslt_config": list(config)}
+
     def __call__(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         key = self.key(a, b)
         config = self.chosen.get(key)

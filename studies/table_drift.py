@@ -5,7 +5,9 @@ with its repeat) whose table entry is a cuBLASLt configuration, two drifts since
 entry's tuned time (`cublaslt_us`) and the bar's time over the baseline the tuner measured (`baseline_us`). Both near
 1.00 mean the entry still ranks where it was tuned; cudal2 drifting while the bar does not means the entry's
 configuration lost its rank among near-equal ones (another card, another power state) and the bar's fresh autotune
-found a faster one. The report counts the shapes below 0.97 of the bar by that cause, per log2(MNK) bucket.
+found a faster one. The report counts the shapes below 0.97 of the bar by that cause, per log2(MNK) bucket, and,
+where the rows say what ran (`ran`, benchmarks since the tenth session), the losses on which cudal2 ran the very
+configuration the bar chose (those are timing noise, not a choice).
 
     python -m studies.table_drift --table kernels/sm90/nvidia_h200.json --runs RUN.json.gz ... --out drift.md
 """
@@ -27,16 +29,16 @@ DRIFT = 1.03   # a time more than 3% above the one measured at tuning counts as 
 BARS = {"nn": "cublaslt-autotune-nn", "nt": "cublaslt-autotune-tn"}
 
 
-def shapes_of(doc: dict) -> dict[tuple, dict[str, float]]:
-    """{(layout, dtype, m, n, k): {impl: median us}} of a run's valid kernel-mode rows: per layout of cudal2's rows,
+def shapes_of(doc: dict) -> dict[tuple, dict[str, dict]]:
+    """{(layout, dtype, m, n, k): {impl: its kernel-mode row}} of a run's valid rows: per layout of cudal2's rows,
     cudal2 and the bar of that layout with its repeat (a bar's name says its layout)."""
-    times: dict[tuple, dict[str, float]] = collections.defaultdict(dict)
+    found: dict[tuple, dict[str, dict]] = collections.defaultdict(dict)
     for r in doc["rows"]:
         if r["ok"] and r["mode"] == "kernel":
             name = f"cudal2@{r['layout']}" if r["impl"] == "cudal2" else r["impl"]
-            times[(r["dtype"], r["m"], r["n"], r["k"])][name] = r["median_us"]
+            found[(r["dtype"], r["m"], r["n"], r["k"])][name] = r
     out = {}
-    for (dtype, m, n, k), by_impl in times.items():
+    for (dtype, m, n, k), by_impl in found.items():
         for layout, bar in BARS.items():
             if f"cudal2@{layout}" in by_impl and bar in by_impl:
                 out[(layout, dtype, m, n, k)] = {"cudal2": by_impl[f"cudal2@{layout}"], bar: by_impl[bar]} | (
@@ -44,19 +46,28 @@ def shapes_of(doc: dict) -> dict[tuple, dict[str, float]]:
     return out
 
 
+def same_configuration(ours: dict, bar: dict) -> bool | None:
+    """Whether cudal2 ran the bar's cuBLASLt configuration (the rows' `ran`, benchmarks.runner.ran_of); None where
+    a row does not say."""
+    mine, theirs = ours.get("ran", {}).get("cublaslt_config"), bar.get("ran", {}).get("cublaslt_config")
+    return None if mine is None or theirs is None else list(mine) == list(theirs)
+
+
 def drift_rows(entries: dict, runs: list[dict]) -> list[dict]:
     """One record per shape and layout with a cuBLASLt entry and cudal2 and bar times."""
     rows = []
     for doc in runs:
-        for (layout, dtype, m, n, k), times in shapes_of(doc).items():
+        for (layout, dtype, m, n, k), found in shapes_of(doc).items():
             entry, bar = entries.get(entry_key(layout, dtype, m, n, k), {}), BARS[layout]
             if entry.get("kernel") or not entry.get("cublaslt_us"):
                 continue
+            us = {impl: row["median_us"] for impl, row in found.items()}
             rows.append({"shape": (m, n, k), "layout": layout, "dtype": dtype, "bucket": bucket_of((m, n, k)),
-                         "vs_bar": times[bar] / times["cudal2"],
-                         "bar_vs_repeat": times[bar] / times.get(f"{bar}-repeat", times[bar]),
-                         "cudal2_drift": times["cudal2"] / entry["cublaslt_us"],
-                         "bar_drift": times[bar] / entry["baseline_us"]})
+                         "vs_bar": us[bar] / us["cudal2"],
+                         "bar_vs_repeat": us[bar] / us.get(f"{bar}-repeat", us[bar]),
+                         "cudal2_drift": us["cudal2"] / entry["cublaslt_us"],
+                         "bar_drift": us[bar] / entry["baseline_us"],
+                         "same_configuration": same_configuration(found["cudal2"], found[bar])})
     return rows
 
 
@@ -80,13 +91,15 @@ def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
         losses = [r for r in rs if r["vs_bar"] < LOSS]
         causes = collections.Counter(cause(r) for r in losses)
         noise = sum(not LOSS <= r["bar_vs_repeat"] <= 1 / LOSS for r in rs)
+        same = [r["same_configuration"] for r in losses if r["same_configuration"] is not None]
         summary[b] = {"shapes": len(rs), "cudal2_drift_median": statistics.median(r["cudal2_drift"] for r in rs),
                       "bar_drift_median": statistics.median(r["bar_drift"] for r in rs), "losses": len(losses),
-                      "loss_causes": dict(causes), "bar_vs_repeat_outside_3pct": noise}
+                      "loss_causes": dict(causes), "bar_vs_repeat_outside_3pct": noise,
+                      "losses_on_the_bars_configuration": sum(same) if same else None}
         s = summary[b]
         table.append([b, len(rs), f"{s['cudal2_drift_median']:.3f}", f"{s['bar_drift_median']:.3f}", len(losses),
                       causes["entry lost its rank"], causes["both slower than at tuning"],
-                      causes["entry at its tuned time"], noise])
+                      causes["entry at its tuned time"], noise, f"{sum(same)} of {len(same)}" if same else "-"])
     lines = ["# The table's cuBLASLt entries: drift since tuning, and the shapes below 0.97 of the bar", "",
              f"- Runs: {', '.join(f'`{s}`' for s in sources)}",
              f"- Drift: a time over the one the tuner measured for the entry (cudal2: the entry's `cublaslt_us`; the "
@@ -94,7 +107,7 @@ def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
              "same-layout cuBLASLt-autotune timed in the same run.", "",
              *markdown_table(["log2 MNK", "shapes", "cudal2 drift (median)", "bar drift (median)", "losses",
                               "entry lost its rank", "both slower", "entry at its tuned time",
-                              "bar vs its repeat outside 3%"], table), ""]
+                              "bar vs its repeat outside 3%", "losses on the bar's own configuration"], table), ""]
     worst = sorted((r for r in rows if r["vs_bar"] < LOSS), key=lambda r: r["vs_bar"])[:15]
     lines += ["Worst losses:", "", *markdown_table(
         ["layout", "dtype", "M x N x K", "vs bar", "bar vs repeat", "cudal2 drift", "bar drift"],

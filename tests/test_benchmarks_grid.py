@@ -1,8 +1,10 @@
 """CPU tests of the grid runner's pure parts: options, run names, resume bookkeeping, implementation registry,
 results files and timing arithmetic."""
 import pytest
+import torch
 
 from benchmarks import grid, impls, results, runner
+from cudal2_testing import lt_baseline
 from cudal2_testing.measure import timing
 
 
@@ -114,3 +116,16 @@ def test_a_run_told_to_measure_a_table_refuses_to_measure_without_it(tmp_path):
     assert results.table_request_unmet({"table": None}, None) is None
     assert "loaded no table" in results.table_request_unmet({"table": None}, str(table))
     assert "loaded" in results.table_request_unmet(loaded, str(tmp_path / "other.json"))
+
+
+def test_a_kernel_row_says_what_the_implementation_ran():
+    """cudal2's dispatch decision and the bar's chosen configuration go into the row, so that a loss between two runs
+    of one configuration (noise) can be told from a different choice; an implementation that cannot say adds nothing."""
+    inp = runner.Inputs(torch.zeros(2, 3), torch.zeros(3, 4), torch.zeros(4, 3), torch.zeros(2, 4))
+    bar = lt_baseline.AutotunedLt("nt")
+    described = impls.Impl("cublaslt-autotune-tn", "nt", bar, bar.describe)
+    assert runner.ran_of(described, inp) == {}                     # before its first call: nothing chosen yet
+    bar.chosen[bar.key(inp.a, inp.b("nt"))] = [66, 20, 35, 1, 0, 0, 1, 0, 3]
+    assert runner.ran_of(described, inp) == {"ran": {"path": "cublaslt", "cublaslt_config": [66, 20, 35, 1, 0, 0, 1,
+                                                                                               0, 3]}}
+    assert runner.ran_of(impls.Impl("torch", "nt", lambda a, b, out: out), inp) == {}

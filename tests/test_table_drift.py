@@ -1,0 +1,45 @@
+"""CPU tests of studies.table_drift: a benchmark's losses against its table's tuned times, by cause."""
+from __future__ import annotations
+
+import gzip
+import json
+
+from studies import table_drift
+
+CONFIG_A, CONFIG_B = [66, 20, 35, 1, 0, 0, 1, 0, 3], [66, 17, 35, 1, 0, 0, 0, 0, 3]
+
+
+def row(m: int, impl: str, layout: str, us: float, ran: list[int] | None = None) -> dict:
+    r = {"m": m, "n": 4096, "k": 4096, "dtype": "fp16", "impl": impl, "layout": layout, "mode": "kernel", "ok": True,
+         "median_us": us}
+    return r | ({"ran": {"path": "cublaslt", "cublaslt_config": ran}} if ran else {})
+
+
+def entry(m: int, tuned_us: float, baseline_us: float) -> tuple[str, dict]:
+    return f"nt_fp16_{m}_4096_4096", {"cublaslt": {}, "cublaslt_us": tuned_us, "baseline_us": baseline_us}
+
+
+def test_losses_are_told_apart_by_what_drifted(tmp_path):
+    bar = "cublaslt-autotune-tn"
+    rows = [  # m=256: the entry ran 10% slower than tuned, the bar as tuned: the entry lost its rank
+            row(256, "cudal2", "nt", 11.0, CONFIG_A), row(256, bar, "nt", 10.0, CONFIG_B),
+            row(256, f"{bar}-repeat", "nt", 10.0),
+            # m=512: both 10% slower than at tuning, cudal2 on the bar's own configuration
+            row(512, "cudal2", "nt", 22.0, CONFIG_A), row(512, bar, "nt", 20.9, CONFIG_A),
+            # m=1024: the entry at its tuned time, the bar faster than the tuner's bar; m=2048: no loss
+            row(1024, "cudal2", "nt", 40.0), row(1024, bar, "nt", 36.0),
+            row(2048, "cudal2", "nt", 80.0), row(2048, bar, "nt", 80.0),
+            row(2048, "cudal2", "nn", 80.0)]   # no NN bar in the run: not compared
+    entries = dict([entry(256, 10.0, 10.0), entry(512, 20.0, 19.0), entry(1024, 40.0, 40.0), entry(2048, 80.0, 80.0)])
+    run = tmp_path / "run.json.gz"
+    run.write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
+    got = {r["shape"][0]: r for r in table_drift.drift_rows(entries, [table_drift.read_json(run)])}
+    assert sorted(got) == [256, 512, 1024, 2048]
+    assert table_drift.cause(got[256]) == "entry lost its rank" and got[256]["same_configuration"] is False
+    assert table_drift.cause(got[512]) == "both slower than at tuning" and got[512]["same_configuration"] is True
+    assert table_drift.cause(got[1024]) == "entry at its tuned time" and got[1024]["same_configuration"] is None
+    _, doc = table_drift.report(list(got.values()), [str(run)])
+    summary = doc["by_bucket"]["32-36"]
+    assert summary["losses"] == 3 and summary["losses_on_the_bars_configuration"] == 1
+    assert summary["loss_causes"] == {"entry lost its rank": 1, "both slower than at tuning": 1,
+                                      "entry at its tuned time": 1}
