@@ -167,8 +167,12 @@ def measure(shape: Shape, dtype: str, impls: list[Impl], todo: set[tuple[str, st
 
 
 def ran_of(impl: Impl, inp: Inputs) -> dict:
-    """{"ran": what `impl` ran on this problem (impls.Describe)} where it says; {} where it does not."""
-    ran = impl.describe(inp.a, inp.b(impl.layout), inp.out)
+    """{"ran": what `impl` ran on this problem (impls.Describe)} where it says; {} where it does not. A description
+    that fails is recorded as its error, never costing the row its time."""
+    try:
+        ran = impl.describe(inp.a, inp.b(impl.layout), inp.out)
+    except Exception as exc:  # noqa: BLE001 - the row is the measurement; what ran is a diagnostic beside it
+        return {"ran": {"error": _failure(exc)}}
     return {"ran": ran} if ran else {}
 
 

@@ -129,3 +129,8 @@ def test_a_kernel_row_says_what_the_implementation_ran():
     assert runner.ran_of(described, inp) == {"ran": {"path": "cublaslt", "cublaslt_config": [66, 20, 35, 1, 0, 0, 1,
                                                                                                0, 3]}}
     assert runner.ran_of(impls.Impl("torch", "nt", lambda a, b, out: out), inp) == {}
+
+    def broken(a, b, out):
+        raise RuntimeError("no dispatcher")
+    assert runner.ran_of(impls.Impl("cudal2", "nt", lambda a, b, out: out, broken), inp) == {
+        "ran": {"error": "RuntimeError: no dispatcher"}}
