@@ -432,6 +432,8 @@ class GpuEvaluator:
                 cand_us.append(case_us)
                 case_base_us.append(case_base)
                 errs.append(sets.max_error())
+                if jt.screened(case_us, case_base, base_us[case]):
+                    break   # a clear loser on a long problem: its other cases cost seconds and change nothing
             self.spin_cycles = bracket.cycles
             us = statistics.median(cand_us)
             floor_us = 2 * problem.m * problem.n * problem.k / (self.peak_tflops * 1e6)

@@ -83,3 +83,12 @@ def test_a_kernel_that_fails_while_heating_is_a_crash():
     script.request = lambda op, **fields: {"error": "an illegal memory access was encountered"}
     with pytest.raises(eval_worker.RunnerDied, match="while heating"):
         time_case(script, cached_base_us=2900.0)
+
+
+def test_a_clear_loser_on_a_long_problem_is_judged_on_its_first_case():
+    long = judge_timing.HEAT_MIN_US * 10
+    slow = long / judge_timing.SCREEN_SPEEDUP * 1.01
+    assert judge_timing.screened(cand_us=slow, paired_base_us=long, cached_base_us=long)
+    assert not judge_timing.screened(cand_us=long * 1.1, paired_base_us=long, cached_base_us=long)   # near: all cases
+    short = judge_timing.HEAT_MIN_US / 2   # a short problem's cases are cheap: always all of them
+    assert not judge_timing.screened(cand_us=short * 10, paired_base_us=short, cached_base_us=short)

@@ -63,3 +63,5 @@ def test_a_long_problem_is_heated_and_judged_against_its_paired_baseline(backend
     [result] = backend.evaluate([(cand, long)])
     assert result.status == OK, result.reason
     assert result.baseline_us >= judge_timing.HEAT_MIN_US and 0.05 < result.speedup < 2.0
+    # a clear loser is judged on its first case alone, any other candidate on every case
+    assert len(result.case_speedups) == (1 if result.case_speedups[0] < judge_timing.SCREEN_SPEEDUP else 2)
