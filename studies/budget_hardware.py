@@ -28,6 +28,7 @@ GPU-minute of the runs' own time.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
 import re
@@ -185,6 +186,20 @@ def judge_s_by_bucket(store: Store, run_id: str) -> dict[str, list[float]]:
     return {b: [n, round(t, 1)] for b, (n, t) in sorted(out.items(), key=lambda kv: BUCKET_LABELS.index(kv[0]))}
 
 
+VARIANTS = 4   # a table regenerates every problem in fp16 and bf16, NN and NT
+
+
+def regeneration_hours(by_bucket: dict[str, list[float]], problems: list[tuple[int, int, int]],
+                       per_problem: int) -> float | None:
+    """GPU-hours to judge `per_problem` evaluations of every problem in `problems`, each of the VARIANTS, at a run's
+    seconds per judged evaluation in each log2(MNK) bucket (None where the run judged none in a bucket the problems
+    need): the issue's whole-table regeneration at the measured rate, every evaluation judged afresh."""
+    counts = collections.Counter(bucket_of(p) for p in problems)
+    if any(b not in by_bucket or not by_bucket[b][0] for b in counts):
+        return None
+    return VARIANTS * per_problem * sum(n * by_bucket[b][1] / by_bucket[b][0] for b, n in counts.items()) / 3600
+
+
 def cards_of(store: Store, run_id: int) -> int | None:
     """How many physical cards judged the run's evaluations (by the UUID in each verdict's environment); None when
     the verdicts name none (the simulator). A run continued over GPU calls of different sizes counts its cards."""
@@ -310,6 +325,15 @@ def render(doc: dict, out: Path) -> str:
         lines += ["", "The judge's seconds per evaluation it judged, by log2(M*N*K) (evaluations in brackets):", ""]
         lines += markdown_table(["run"] + labels, [[k] + [f"{by[b][1] / by[b][0]:.2f} ({by[b][0]})" if b in by else "-"
                                                           for b in labels] for k, by in timed.items()])
+        grid = {name: shapes.load(name) for name in ("g1000", "llm")}
+        rows = [[k] + [f"{h:.1f}" if (h := regeneration_hours(by, grid[name], settings["per_problem"])) is not None
+                       else "-" for name in grid] for k, by in timed.items() if k.split("/")[1] == "random"]
+        if rows:
+            lines += ["", f"A whole table's search at that rate: GPU-hours to judge {settings['per_problem']} evaluations "
+                          f"of every G1000 / LLM problem in fp16 and bf16, NN and NT, each afresh (random search's "
+                          "runs, whose every evaluation is new; '-' where a run judged no problem of a size the set "
+                          "has):", ""]
+            lines += markdown_table(["run", "G1000", "LLM"], rows)
     if not curves:
         text = "\n".join(lines + ["", "No set has all its runs complete yet."]) + "\n"
         out.with_suffix(".md").write_text(text)

@@ -197,3 +197,11 @@ def test_the_curves_count_only_seeds_whose_runs_are_all_complete():
     assert doc["curves"]["g1000"]["random"] == doc["curves"]["g1000"]["rl"] and len(doc["curves"]["g1000"]["rl"]) == 1
     none = budget_hardware.analyse({"by_problem": {"g1000": {"random": {1: best}, "rl": {0: best}}}}, ["random", "rl"])
     assert none["seeds"] == {} and none["curves"] == {}
+
+
+def test_a_whole_tables_regeneration_is_projected_from_the_rate_by_size():
+    by_bucket = {"<24": [10, 2.0], "24-28": [4, 4.0]}   # 0.2 s and 1 s per judged evaluation
+    problems = [(64, 64, 64)] * 3 + [(256, 256, 256)]    # 2^18 three times, 2^24 once
+    hours = budget_hardware.regeneration_hours(by_bucket, problems, per_problem=16)
+    assert hours == pytest.approx(budget_hardware.VARIANTS * 16 * (3 * 0.2 + 1 * 1.0) / 3600)
+    assert budget_hardware.regeneration_hours({"<24": [10, 2.0]}, problems, 16) is None   # no rate for 2^24
