@@ -14,8 +14,9 @@ b per problem there. All runs share one judge (`search.backends.memo`): a (candi
 its verdict served to every run that proposes it again, so equal choices get equal times (common measurements) and
 the GPU is not spent twice on one pair; each run is charged for its own requests all the same. The uncertainty is
 a paired bootstrap over the set's problems (the first seed whose runs are all complete; `--seeds` more for more;
-the curves count a seed only where every proposer's run of it is complete): the geomean's 95% interval at each budget, the rl variants' ratio to random search at the last budget, and the evaluations each needs to reach
-random search's final geomean (the issue's target: at most a third of random's).
+the curves count a seed only where every proposer's run of it is complete): the geomean's 95% interval at each
+budget, the rl variants' ratio to random search at the last budget, and the evaluations each needs to reach random
+search's final geomean (the issue's target: at most a third of random's).
 
 Time: the study stops starting rounds after `--minutes` and writes what it has; run it again with the same
 arguments and `--store-dir` to continue (a GPU call at a time). Throughput: the judge's distinct evaluations per
@@ -288,6 +289,28 @@ def throughput(doc: dict) -> tuple[float, float, int, int, float]:
             verdicts, gpu_minutes)
 
 
+def judge_time_lines(runs: dict, per_problem: int) -> list[str]:
+    """Markdown: the judge's seconds per judged evaluation by size for each run, and the GPU-hours a whole table's
+    search would take at random search's rates (its every evaluation is judged afresh)."""
+    timed = {k: r["judge_s_by_bucket"] for k, r in runs.items() if r.get("judge_s_by_bucket")}
+    if not timed:
+        return []
+    labels = [b for b in BUCKET_LABELS if any(b in by for by in timed.values())]
+    lines = ["", "The judge's seconds per evaluation it judged, by log2(M*N*K) (evaluations in brackets):", ""]
+    lines += markdown_table(["run"] + labels, [[k] + [f"{by[b][1] / by[b][0]:.2f} ({by[b][0]})" if b in by else "-"
+                                                      for b in labels] for k, by in timed.items()])
+    grid = {name: shapes.load(name) for name in ("g1000", "llm")}
+    hours = {k: [regeneration_hours(by, grid[name], per_problem) for name in grid]
+             for k, by in timed.items() if k.split("/")[1] == "random"}
+    if hours:
+        lines += ["", f"A whole table's search at that rate: GPU-hours to judge {per_problem} evaluations of every "
+                      "G1000 / LLM problem in fp16 and bf16, NN and NT (random search's runs; '-' where a run judged "
+                      "no problem of a size the set has):", ""]
+        lines += markdown_table(["run", "G1000", "LLM"], [[k] + [f"{h:.1f}" if h is not None else "-" for h in hs]
+                                                          for k, hs in hours.items()])
+    return lines
+
+
 def render(doc: dict, out: Path) -> str:
     """Writes the Markdown page and the PNG beside `out`; returns the Markdown."""
     env, settings, curves = doc["environment"], doc["settings"], doc.get("curves", {})
@@ -319,21 +342,7 @@ def render(doc: dict, out: Path) -> str:
     lines += markdown_table(["run", "evaluations", "judged here", "run s"],
                             [[k, f"{r['evaluations']} of {r['budget']}", r["judged"], r["elapsed_s"]]
                              for k, r in doc["runs"].items()])
-    timed = {k: r["judge_s_by_bucket"] for k, r in doc["runs"].items() if r.get("judge_s_by_bucket")}
-    if timed:
-        labels = [b for b in BUCKET_LABELS if any(b in by for by in timed.values())]
-        lines += ["", "The judge's seconds per evaluation it judged, by log2(M*N*K) (evaluations in brackets):", ""]
-        lines += markdown_table(["run"] + labels, [[k] + [f"{by[b][1] / by[b][0]:.2f} ({by[b][0]})" if b in by else "-"
-                                                          for b in labels] for k, by in timed.items()])
-        grid = {name: shapes.load(name) for name in ("g1000", "llm")}
-        rows = [[k] + [f"{h:.1f}" if (h := regeneration_hours(by, grid[name], settings["per_problem"])) is not None
-                       else "-" for name in grid] for k, by in timed.items() if k.split("/")[1] == "random"]
-        if rows:
-            lines += ["", f"A whole table's search at that rate: GPU-hours to judge {settings['per_problem']} evaluations "
-                          f"of every G1000 / LLM problem in fp16 and bf16, NN and NT, each afresh (random search's "
-                          "runs, whose every evaluation is new; '-' where a run judged no problem of a size the set "
-                          "has):", ""]
-            lines += markdown_table(["run", "G1000", "LLM"], rows)
+    lines += judge_time_lines(doc["runs"], settings["per_problem"])
     if not curves:
         text = "\n".join(lines + ["", "No set has all its runs complete yet."]) + "\n"
         out.with_suffix(".md").write_text(text)
