@@ -182,3 +182,28 @@ def timed_row(shape: Shape, dtype: str, impl: Impl, mode: str, rel_err: float, s
     return _row(shape, dtype, impl, mode, ok=True, rel_err=rel_err, l2=settings.l2,
                 allocated_mib=round(torch.cuda.memory_allocated() / 2**20), **res)
 
+
+def _host_rows(shape: Shape, dtype: str, mode: str, group: list[Impl], errs: dict[Impl, float],
+               est: dict[Impl, float], inp: Inputs, settings: Settings, rng: random.Random) -> list[dict]:
+    """offline/server rows of the implementations in `group`, timed interleaved on fresh inputs."""
+    try:
+        for impl in group:
+            est.setdefault(impl, timing.estimate_ms(lambda i, impl=impl: inp.call(impl), 1))
+        if mode == "server":
+            iters = {impl: settings.server_iters for impl in group}
+        else:
+            lo, hi = settings.offline_iters
+            iters = {impl: timing.host_iterations(est[impl], budget_ms=settings.offline_budget_ms,
+                                                  min_iters=lo, max_iters=hi) for impl in group}
+
+        def refresh(layout: str) -> None:
+            inp.a.normal_()
+            inp.b(layout).normal_()
+
+        res = timing.host_mode({impl: (lambda impl=impl: inp.call(impl)) for impl in group},
+                               {impl: (lambda layout=impl.layout: refresh(layout)) for impl in group},
+                               iters, rng, settings.qps if mode == "server" else None)
+    except RuntimeError as exc:
+        return [_row(shape, dtype, impl, mode, ok=False, rel_err=errs[impl], error=_failure(exc)) for impl in group]
+    extra = {"qps": settings.qps} if mode == "server" else {}
+    return [_row(shape, dtype, impl, mode, ok=True, rel_err=errs[impl], **res[impl], **extra) for impl in group]
