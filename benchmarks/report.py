@@ -1,7 +1,7 @@
-"""`python -m benchmarks.report <run.json>` (or `<run.json.gz>`): from a results file writes `<run>.csv` (one line per row, with its
-roofline floor), `<run>.md` (Table 1 layout, aggregates per mode and bucket, roofline, sanity, failures),
-`<run>_speedup_<mode>_<layout>_<dtype>.png` and `<run>_roofline_<mode>.png`, and merges the run's aggregates into
-`summary.json` next to it. Every figure is computed from the measured rows."""
+"""`python -m benchmarks.report <run.json>` (or `<run.json.gz>`): from a results file writes `<run>.csv` (one line
+per row, with its roofline floor), `<run>.md` (Table 1 layout, aggregates per mode and bucket, roofline, sanity,
+failures), `<run>_speedup_<mode>_<layout>_<dtype>.png` and `<run>_roofline_<mode>.png`, and merges the run's
+aggregates into `summary.json` next to it. Every figure is computed from the measured rows."""
 from __future__ import annotations
 
 import argparse

@@ -2,10 +2,11 @@
 flushed often and resumed (rows already present are skipped)."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from pathlib import Path
+
+from cudal2_testing.measure.stored import read_json
 
 SCHEMA = 1
 KEY_FIELDS = ("m", "n", "k", "dtype", "impl", "layout", "mode")
@@ -22,8 +23,7 @@ def row_key(row: dict) -> tuple:
 
 def load(path: Path) -> dict:
     """A results document, plain or gzip-compressed (`.json.gz`, as the results folders keep them)."""
-    path = Path(path)
-    doc = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+    doc = read_json(path)
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: results schema {doc.get('schema')!r}, expected {SCHEMA}")
     return doc

@@ -27,9 +27,10 @@ import torch
 from cudal2_ops import tune
 from cudal2_ops.tables import entry_key, parse_key
 from cudal2_testing.measure import env, shapes
+from cudal2_testing.measure.stored import read_json
 from search import emit
 from search.store import is_store_file, read_store
-from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_json, read_sweep
+from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_sweep
 
 SWEEP_TOP = 3  # a sweep's fastest kernels per problem that the tuner times beside the table's
 BAND_TOP = 2   # kernels that were fastest most often in a size band, timed on every --knobs-from problem of the band

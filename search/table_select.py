@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 from cudal2_catalog.codegen import write_if_changed
 from cudal2_catalog.config import Knobs
 from cudal2_ops.tables import SCHEMA_VERSION, arch_dir, entry_key, gpu_slug, parse_key
+from cudal2_testing.measure.stored import read_json
 
 DEFAULT_MARGIN = 0.03
 DEFAULT_KERNEL_BUDGET = 48
@@ -159,11 +159,6 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
                                                                            for s in sweeps)
     return {**sweeps[-1], "run_id": "+".join(s["run_id"] for s in sweeps), "protocol": protocol,
             "rows": list(rows.values())}
-
-
-def read_json(path: Path) -> dict:
-    """A JSON results file, plain or gzip-compressed (.gz, as results folders keep the larger ones)."""
-    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
 
 
 def read_sweep(path: Path) -> dict:

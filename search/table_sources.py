@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from cudal2_testing.measure.stored import read_json
 from search import emit, sanitize_gate, table_select
 from search.store import read_store
 
@@ -78,7 +79,7 @@ def rebuild(slug: str, committed_header: dict, results: Path = RESULTS) -> Rebui
                 emit.emit(store, root)
             emitted = json.loads(path.read_text())
         built = emitted or swept
-    tunings = [table_select.read_json(folder / name) for name in sources.tunings]
+    tunings = [read_json(folder / name) for name in sources.tunings]
     header = {k: v for k, v in committed_header.items() if k != "withheld_unsanitized"}
     entries = dict(built["entries"])
     for tuning in tunings:

@@ -28,11 +28,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
 import math
-import shutil
-import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -45,7 +42,7 @@ from cudal2_ops.tables import parse_key
 from cudal2_testing.measure.summary import geomean, markdown_table
 from search.candidate import OK, Problem
 from search.simulate import ANALYTIC_GPUS, SimGpu, baseline_model_us, model_us, parameters, with_parameters
-from search.store import Store
+from search.store import read_store
 from search.table_select import read_sweep
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
@@ -100,19 +97,9 @@ def from_sweep(path: Path) -> list[Sample]:
 def from_store(path: Path) -> list[Sample]:
     """The problems of a search store (`.sqlite`, or `.sqlite.gz` as committed) with their OK config candidates
     (baseline: the median of the problem's baseline times)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / path.name.removesuffix(".gz")
-        if path.suffix == ".gz":
-            with gzip.open(path) as src, plain.open("wb") as dst:
-                shutil.copyfileobj(src, dst)
-        else:
-            shutil.copyfile(path, plain)
-        store = Store(plain, readonly=True)
-        try:
-            rows = [(r["problem_key"], store.candidate(r["candidate_id"]), r["us"], r["baseline_us"])
-                    for r in store.evaluations() if r["status"] == OK]
-        finally:
-            store.close()
+    with read_store(path) as store:
+        rows = [(r["problem_key"], store.candidate(r["candidate_id"]), r["us"], r["baseline_us"])
+                for r in store.evaluations() if r["status"] == OK]
     defaults = {cfg.name for cfg in default_configs()}
     timed: dict[str, dict[tuple[str, Knobs], float]] = {}
     baselines: dict[str, list[float]] = {}

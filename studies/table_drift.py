@@ -21,8 +21,8 @@ from pathlib import Path
 
 from cudal2_ops.tables import entry_key
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
+from cudal2_testing.measure.stored import read_json
 from cudal2_testing.measure.summary import markdown_table
-from search.table_select import read_json
 
 LOSS = 0.97    # below this fraction of the bar a shape counts as a loss (docs/EVALUATION.md)
 DRIFT = 1.03   # a time more than 3% above the one measured at tuning counts as drifted
