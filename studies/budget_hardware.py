@@ -339,8 +339,9 @@ def render(doc: dict, out: Path) -> str:
              f"Throughput: {judged} evaluations judged on the GPU in {gpu_minutes:.1f} GPU-minutes of the runs' own "
              f"time (every GPU held for a run's whole time): {rate:.0f} per GPU-minute; with the {verdicts - judged} "
              f"verdicts served again from common measurements, {verdict_rate:.0f} verdicts per GPU-minute.", ""]
-    lines += markdown_table(["run", "evaluations", "judged here", "run s"],
-                            [[k, f"{r['evaluations']} of {r['budget']}", r["judged"], r["elapsed_s"]]
+    lines += markdown_table(["run", "evaluations", "judged here", "run s", "GPUs", "judged per GPU-minute"],
+                            [[k, f"{r['evaluations']} of {r['budget']}", r["judged"], r["elapsed_s"],
+                              r.get("gpus") or doc["gpus"], f"{throughput({'runs': {k: r}, 'gpus': doc['gpus']})[0]:.0f}"]
                              for k, r in doc["runs"].items()])
     lines += judge_time_lines(doc["runs"], settings["per_problem"])
     if not curves:
@@ -430,8 +431,9 @@ def reanalyse(doc: dict, store_dir: Path) -> dict:
                 with read_store(path) as store:
                     run = store.runs()[0]
                     record = doc["runs"].get(f"{name}/{proposer}/{seed}")
-                    if record is not None:
-                        record["gpus"] = cards_of(store, run["id"])
+                    if record is not None:   # the cards of the run as the record saw it (a store continued since
+                        if store.evaluation_count(run["id"]) == record["evaluations"]:   # may hold more cards)
+                            record["gpus"] = cards_of(store, run["id"])
                         record["judge_s_by_bucket"] = judge_s_by_bucket(store, run["id"])
                     if store.evaluation_count(run["id"]) >= settings["per_problem"] * len(problems):
                         by_problem.setdefault(name, {}).setdefault(proposer, {})[seed] = best_by_problem(
