@@ -263,7 +263,8 @@ def study(args: argparse.Namespace, log=print) -> dict:
 
 
 def analyse(doc: dict, proposers: list[str]) -> dict:
-    """Adds the curves (set -> proposer -> one geomean curve per seed) and the first seed's bootstrap, of each set
+    """Adds the curves (set -> proposer -> one geomean curve per seed) and each seed's bootstrap (`bootstrap_by_seed`;
+    `bootstrap`: the first seed's, whose bands the plot draws), of each set
     over the seeds whose runs of every proposer are complete (`seeds`: set -> those seeds); `by_problem` comes in as
     set -> proposer -> {seed: per-problem bests} and leaves as set -> proposer -> [per-problem bests of those seeds]."""
     complete = {name: sorted(set.intersection(*(set(by_proposer.get(p, {})) for p in proposers)))
@@ -273,8 +274,10 @@ def analyse(doc: dict, proposers: list[str]) -> dict:
                          for name, seeds in doc["seeds"].items()}
     doc["curves"] = {name: {p: [geomean_curve(b) for b in per_seed] for p, per_seed in by_proposer.items()}
                      for name, by_proposer in doc["by_problem"].items()}
-    doc["bootstrap"] = {name: bootstrap({p: per_seed[0] for p, per_seed in by_proposer.items()})
-                        for name, by_proposer in doc["by_problem"].items()}
+    doc["bootstrap_by_seed"] = {name: {str(seed): bootstrap({p: per_seed[i] for p, per_seed in by_proposer.items()})
+                                       for i, seed in enumerate(doc["seeds"][name])}
+                                for name, by_proposer in doc["by_problem"].items()}
+    doc["bootstrap"] = {name: next(iter(by_seed.values())) for name, by_seed in doc["bootstrap_by_seed"].items()}
     return doc
 
 
@@ -367,15 +370,17 @@ def render(doc: dict, out: Path) -> str:
     lines += target_table(curves, START)
     def evals(b: int) -> str:
         return f"> {final}" if b > final else str(b)
-    rows = [[name, proposer, f"{v['ratio'][0]:.4f}-{v['ratio'][1]:.4f}",
+    by_seed = doc.get("bootstrap_by_seed") or {name: {"first": boot} for name, boot in doc["bootstrap"].items()}
+    rows = [[name, seed, proposer, f"{v['ratio'][0]:.4f}-{v['ratio'][1]:.4f}",
              f"{evals(v['reach'][0])} to {evals(v['reach'][1])}", f"{v['within_third']:.2f}"]
-            for name, boot in doc["bootstrap"].items() for proposer, v in boot["vs_random"].items()]
+            for name, boots in by_seed.items() for seed, boot in boots.items()
+            for proposer, v in boot["vs_random"].items()]
     if rows:
-        lines += ["", f"Paired bootstrap (the first complete seed, {BOOTSTRAP} resamples): the rl variant's final geomean over random's, "
-                      "the evaluations it needs to reach random's final geomean, and the share of resamples in which "
-                      "that is within a third of the budget:", ""]
-        lines += markdown_table(["set", "policy", "ratio to random at the end, 95%", "evaluations to reach, 95%",
-                                 "P(within a third)"], rows)
+        lines += ["", f"Paired bootstrap over problems (each complete seed, {BOOTSTRAP} resamples): the rl variant's "
+                      "final geomean over random's, the evaluations it needs to reach random's final geomean, and the "
+                      "share of resamples in which that is within a third of the budget:", ""]
+        lines += markdown_table(["set", "seed", "policy", "ratio to random at the end, 95%",
+                                 "evaluations to reach, 95%", "P(within a third)"], rows)
     text = "\n".join(lines) + "\n"
     out.with_suffix(".md").write_text(text)
     return text

@@ -90,6 +90,16 @@ def test_the_study_compares_every_proposer_at_equal_budget(tmp_path):
     assert "within a third" in page and (tmp_path / "stores.png").exists()
 
 
+def test_each_complete_seed_gets_its_own_bootstrap(tmp_path):
+    budget_hardware.main(study_args(tmp_path, 5) + ["--seeds", "2", "--proposers", "random,rl"])
+    doc = json.loads((tmp_path / "stores.json").read_text())
+    by_seed = doc["bootstrap_by_seed"]["g1000"]
+    assert doc["seeds"]["g1000"] == [0, 1] and set(by_seed) == {"0", "1"}
+    assert doc["bootstrap"]["g1000"] == by_seed["0"] and by_seed["0"] != by_seed["1"]   # other problems, other runs
+    page = (tmp_path / "stores.md").read_text()
+    assert all(f"| g1000 | {seed} | rl | " in page for seed in (0, 1))   # the policy against random, seed by seed
+
+
 class KilledAfter:
     """The simulated judge, whose process is killed (an exception) after `count` verdicts."""
 

@@ -67,13 +67,14 @@ def test_graphs_are_timed_in_rounds_each_starting_one_place_later():
 def test_kernel_mode_times_a_problems_implementations_together(monkeypatch):
     from cudal2_testing.measure import timing
 
-    log = []
+    log, allocated = [], [0]
 
     class Captured:
         def __init__(self, call, n_sets, calls, stream):
             if call == "broken":
                 raise RuntimeError("operation not permitted when stream is capturing")
             self.name, self.calls = call, calls
+            allocated[0] += {"x": 3 << 20, "y": 0}[call]   # X's graph keeps 3 MiB of its pool
 
         def time(self, replays):
             log.append(self.name)
@@ -81,8 +82,10 @@ def test_kernel_mode_times_a_problems_implementations_together(monkeypatch):
 
     monkeypatch.setattr(graph_timing, "CapturedCalls", Captured)
     monkeypatch.setattr(timing.torch.cuda, "Stream", lambda: None)
+    monkeypatch.setattr(timing.torch.cuda, "memory_allocated", lambda: allocated[0])
     timed, errors = timing.kernel_mode_interleaved({"X": "x", "Y": "y", "Z": "broken"}, 1, {"X": 8, "Y": 16, "Z": 4},
                                                    rounds=2, reps=5)
     assert log == ["x", "y", "y", "x"] and list(errors) == ["Z"]
     assert timed["X"]["median_us"] == 2.0 and timed["X"]["samples"] == 10 and timed["X"]["calls_per_replay"] == 8
     assert timed["Y"]["calls_per_replay"] == 16
+    assert (timed["X"]["graph_mib"], timed["Y"]["graph_mib"]) == (3, 0)   # which graph holds memory, in the row

@@ -63,17 +63,22 @@ def kernel_mode_interleaved(calls: dict[Hashable, IndexedCall], n_sets: int, cal
                             rounds: int = 3, reps: int = 5) -> tuple[dict[Hashable, dict], dict[Hashable, Exception]]:
     """Kernel mode for several implementations of one problem at once: each one's graph of its `calls_per_replay`
     calls (from its own `kernel_mode` sizing) captured, then all timed in `rounds` rotated rounds of `reps` replays
-    (`graph_timing.interleaved_us`), so that they share the GPU's power state and clock drift. Returns ({key: summary},
-    {key: the error of a graph that could not be captured})."""
+    (`graph_timing.interleaved_us`), so that they share the GPU's power state and clock drift. Returns ({key: summary
+    with `graph_mib`, the memory its capture and warm-up left allocated}, {key: the error of a graph that could not be
+    captured}); the graphs are alive together, so `graph_mib` says which one holds the memory when another's capture
+    runs out of it."""
     stream = torch.cuda.Stream()
-    graphs, errors = {}, {}
+    graphs, errors, held = {}, {}, {}
     for key, call in calls.items():
+        before = torch.cuda.memory_allocated()
         try:
             graphs[key] = graph_timing.CapturedCalls(call, n_sets, calls_per_replay[key], stream)
         except RuntimeError as exc:
             errors[key] = exc
+        held[key] = (torch.cuda.memory_allocated() - before) / 2**20
     samples = graph_timing.interleaved_us(graphs, rounds, reps)
-    timed = {key: {**summarize_us(times), "calls_per_replay": graphs[key].calls} for key, times in samples.items()}
+    timed = {key: {**summarize_us(times), "calls_per_replay": graphs[key].calls, "graph_mib": round(held[key])}
+             for key, times in samples.items()}
     return timed, errors
 
 
