@@ -201,6 +201,32 @@ def regeneration_hours(by_bucket: dict[str, list[float]], problems: list[tuple[i
     return VARIANTS * per_problem * sum(n * by_bucket[b][1] / by_bucket[b][0] for b, n in counts.items()) / 3600
 
 
+def policy_regeneration_lines(doc: dict) -> list[str]:
+    """Markdown: per set, rl variant and complete seed, the evaluations per problem the variant's curve needs to reach
+    random search's final geomean and 99% of its own (that seed's curves), and the GPU-hours a whole table's search
+    would take at that many evaluations, at that run's own seconds per judged evaluation by size."""
+    grid = {name: shapes.load(name) for name in ("g1000", "llm")}
+    rows = []
+    for name, by_proposer in doc.get("curves", {}).items():
+        for proposer in (p for p in by_proposer if p.startswith("rl")):
+            for i, seed in enumerate(doc["seeds"][name]):
+                curve, by_bucket = by_proposer[proposer][i], doc["runs"][f"{name}/{proposer}/{seed}"].get(
+                    "judge_s_by_bucket", {})
+                cells = []
+                for target in (by_proposer["random"][i][-1], 0.99 * curve[-1]):
+                    evals = evals_to_reach(target, curve, START)
+                    hours = [regeneration_hours(by_bucket, grid[g], evals) if evals else None for g in grid]
+                    cells += [str(evals) if evals else f"> {len(curve)}",
+                              " + ".join("-" if h is None else f"{h:.1f}" for h in hours)]
+                rows.append([name, proposer, str(seed)] + cells)
+    if not rows:
+        return []
+    return ["", "A whole table's search by the policy (every G1000 / LLM problem in fp16 and bf16, NN and NT): the "
+                "evaluations per problem its curve needs on each seed, and GPU-hours at that run's judged rate by size "
+                "(G1000 + LLM; '-' where the run judged no problem of a size the set has):", ""] + markdown_table(
+        ["set", "policy", "seed", "to random's final", "GPU-hours", "to 99% of its own final", "GPU-hours"], rows)
+
+
 def cards_of(store: Store, run_id: int) -> int | None:
     """How many physical cards judged the run's evaluations (by the UUID in each verdict's environment); None when
     the verdicts name none (the simulator). A run continued over GPU calls of different sizes counts its cards."""
@@ -368,6 +394,7 @@ def render(doc: dict, out: Path) -> str:
     lines += ["", f"The target (issue 26): the policy reaches random search's final geomean (at {final} evaluations "
                   "per problem) in at most a third of random's evaluations; the evaluations to reach 99% of it:", ""]
     lines += target_table(curves, START)
+    lines += policy_regeneration_lines(doc)
     def evals(b: int) -> str:
         return f"> {final}" if b > final else str(b)
     by_seed = doc.get("bootstrap_by_seed") or {name: {"first": boot} for name, boot in doc["bootstrap"].items()}

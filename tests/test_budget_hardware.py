@@ -98,6 +98,13 @@ def test_each_complete_seed_gets_its_own_bootstrap(tmp_path):
     assert doc["bootstrap"]["g1000"] == by_seed["0"] and by_seed["0"] != by_seed["1"]   # other problems, other runs
     page = (tmp_path / "stores.md").read_text()
     assert all(f"| g1000 | {seed} | rl | " in page for seed in (0, 1))   # the policy against random, seed by seed
+    # a whole table's search by the policy, seed by seed: the evaluations its own curve needs
+    lines = page.split("A whole table's search by the policy")[1].splitlines()
+    for seed in (0, 1):
+        cells = next(line for line in lines if line.startswith(f"| g1000 | rl | {seed} | ")).split(" | ")
+        curve = doc["curves"]["g1000"]["rl"][seed]
+        reach = budget_hardware.evals_to_reach(0.99 * curve[-1], curve, budget_hardware.START)
+        assert cells[5] == str(reach)
 
 
 class KilledAfter:
