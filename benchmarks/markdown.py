@@ -97,10 +97,17 @@ def roofline(effs: dict[tuple[str, str, str], dict]) -> list[str]:
 
 
 def failures(rows: list[dict]) -> list[str]:
+    """The failed rows (listed up to MAX_FAILURES_LISTED) and the kernel rows timed alone instead of in rounds with
+    the shape's other implementations (their graph's capture ran out of memory beside the others)."""
     bad = [r for r in rows if not r["ok"]]
     lines = [f"{len(bad)} failed rows (excluded from every aggregate)."]
     lines += [f"- {r['impl']} {r['layout']} {r['dtype']} {r['mode']} M={r['m']} N={r['n']} K={r['k']}: {r['error']}"
               for r in bad[:MAX_FAILURES_LISTED]]
+    alone = [r for r in rows if r.get("timed_alone")]
+    if alone:
+        lines += ["", f"{len(alone)} kernel rows timed alone, not in rounds with the shape's other implementations "
+                      "(their capture ran out of memory beside the others' graphs; kept in the aggregates):"]
+        lines += [f"- {r['impl']} {r['layout']} {r['dtype']} M={r['m']} N={r['n']} K={r['k']}" for r in alone]
     return lines
 
 

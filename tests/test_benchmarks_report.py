@@ -95,6 +95,16 @@ def test_markdown_has_table1_buckets_and_failures(run_file):
     assert "6 failed rows" in md  # 2 failing (impl, layout, shape) x 3 modes
 
 
+def test_markdown_lists_rows_timed_alone():
+    from benchmarks import markdown
+    row = {"impl": "cudal2", "layout": "nt", "dtype": "fp16", "mode": "kernel", "m": 12288, "n": 12288, "k": 12288,
+           "ok": True}
+    lines = markdown.failures([row, {**row, "impl": "torch"}, {**row, "timed_alone": True}])
+    assert lines[0] == "0 failed rows (excluded from every aggregate)."
+    assert "1 kernel rows timed alone" in lines[2] and lines[3:] == ["- cudal2 nt fp16 M=12288 N=12288 K=12288"]
+    assert markdown.failures([row]) == ["0 failed rows (excluded from every aggregate)."]
+
+
 def test_summary_schema_and_values(run_file):
     report.make_report(run_file, plot=False)
     summ = json.loads(run_file.with_name("summary.json").read_text())

@@ -89,3 +89,35 @@ def test_kernel_mode_times_a_problems_implementations_together(monkeypatch):
     assert timed["X"]["median_us"] == 2.0 and timed["X"]["samples"] == 10 and timed["X"]["calls_per_replay"] == 8
     assert timed["Y"]["calls_per_replay"] == 16
     assert (timed["X"]["graph_mib"], timed["Y"]["graph_mib"]) == (3, 0)   # which graph holds memory, in the row
+
+
+def test_a_graph_out_of_memory_beside_the_others_is_timed_alone(monkeypatch):
+    from cudal2_testing.measure import timing
+
+    alive, captures, cleared = set(), [], []
+
+    class Captured:
+        def __init__(self, call, n_sets, calls, stream):
+            captures.append(call)
+            self.name, self.calls = call, calls
+            if call == "big" and alive - {"big"}:   # fits only once the other graphs are gone
+                raise timing.torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 288.00 MiB")
+            if call == "broken":
+                raise RuntimeError("operation not permitted when stream is capturing")
+            alive.add(call)
+
+        def __del__(self):
+            alive.discard(self.name)
+
+        def time(self, replays):
+            return [{"small": 2.0, "big": 5.0}[self.name]] * replays
+
+    monkeypatch.setattr(graph_timing, "CapturedCalls", Captured)
+    monkeypatch.setattr(timing.torch.cuda, "Stream", lambda: None)
+    monkeypatch.setattr(timing.torch.cuda, "memory_allocated", lambda: 0)
+    monkeypatch.setattr(timing.torch.cuda, "empty_cache", lambda: cleared.append(True))
+    timed, errors = timing.kernel_mode_interleaved({"S": "small", "B": "big", "X": "broken"}, 1,
+                                                   {"S": 4, "B": 1, "X": 1}, rounds=2, reps=3)
+    assert captures == ["small", "big", "broken", "big"] and cleared == [True]   # only the out-of-memory one again
+    assert list(errors) == ["X"]                                                 # a capture error stays an error
+    assert timed["B"]["median_us"] == 5.0 and timed["B"]["timed_alone"] and "timed_alone" not in timed["S"]
