@@ -209,9 +209,9 @@ def policy_regeneration_lines(doc: dict) -> list[str]:
     rows = []
     for name, by_proposer in doc.get("curves", {}).items():
         for proposer in (p for p in by_proposer if p.startswith("rl")):
-            for i, seed in enumerate(doc["seeds"][name]):
-                curve, by_bucket = by_proposer[proposer][i], doc["runs"][f"{name}/{proposer}/{seed}"].get(
-                    "judge_s_by_bucket", {})
+            for i, seed in enumerate(doc.get("seeds", {}).get(name, range(len(by_proposer[proposer])))):
+                curve = by_proposer[proposer][i]
+                by_bucket = doc["runs"].get(f"{name}/{proposer}/{seed}", {}).get("judge_s_by_bucket", {})
                 cells = []
                 for target in (by_proposer["random"][i][-1], 0.99 * curve[-1]):
                     evals = evals_to_reach(target, curve, START)
