@@ -27,6 +27,7 @@ LT_CONFIG_FIELDS = ("algo_id", "tile", "stages", "split_k", "reduction", "swizzl
                     "cluster_shape")
 # Off-grid problems split by M's alignment: cuBLASLt's heuristic choice differs in kind when M % M_ALIGNMENT != 0 (the
 # dispatcher's kMAlignment, csrc/dispatch.h), so the nearest-M cuBLASLt rule is validated and enabled per class.
+RESULTS_ONLY = ("cublaslt_near",)   # entry fields a tuning's results file keeps and its table leaves out
 M_ALIGNMENT = 8
 M_CLASSES = ("aligned_m", "unaligned_m")
 # The header's rules.nearest_m_cublaslt: which M classes the rule serves (old headers hold true / false).
@@ -240,6 +241,11 @@ def load_table_for(facts: DeviceFacts) -> Table | None:
         return tuned
     header = dict(table.header, tuned_overlay=str(tuned_path))
     return Table(table.path, header, {**table.entries, **tuned.entries})
+
+
+def table_entry(entry: dict) -> dict:
+    """`entry` as a table holds it: without the RESULTS_ONLY fields of a tuning's results file."""
+    return {field_: value for field_, value in entry.items() if field_ not in RESULTS_ONLY}
 
 
 def cublaslt_fields(entry: dict) -> list[int]:

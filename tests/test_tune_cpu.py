@@ -1,5 +1,7 @@
 """The tuner's CPU parts: problems and problems files, the run summary, the CLI without a GPU."""
 
+import json
+
 import pytest
 
 from cudal2_ops import tune
@@ -95,30 +97,55 @@ def test_fastest_retimes_the_heuristic_choice_in_interleaved_rounds(monkeypatch)
     assert 0 not in calls
 
 
-def test_a_heuristic_choice_that_fails_the_check_is_neither_chosen_nor_recorded_as_faster(monkeypatch):
-    """The heuristic's configuration (candidate 0) is the fastest but writes wrong results: the entry holds the fastest
-    correct configuration and no heuristic time below it (the loader would otherwise skip the entry for the heuristic)."""
+def fake_cublaslt(monkeypatch, times: dict[int, float], wrong: set[int]) -> None:
+    """A problem whose cuBLASLt candidates are configurations [i] * 9 timed at `times[i]`, those in `wrong` writing
+    wrong results (the tuner's CPU stand-in for the extension and the GPU)."""
     import types
 
     from cudal2_ops import _extension
 
-    times = {0: 2.0, 1: 3.0, 2: 4.0}
-    fake_c = types.SimpleNamespace(tuning=types.SimpleNamespace(lt_candidates=lambda *a: [[0] * 9, [1] * 9, [2] * 9]))
+    fake_c = types.SimpleNamespace(tuning=types.SimpleNamespace(lt_candidates=lambda *a: [[i] * 9 for i in times]))
     monkeypatch.setattr(_extension, "_C", fake_c)
     monkeypatch.setattr(tune, "graph_time_us", lambda fn, target_us=150.0, replays=5: times[fn()])
 
     class FakeRun:
         a = b = out = None
-        last = None
 
         def run_config(self, config):
-            FakeRun.last = config[0]
             return config[0]
 
         def correct(self, run):
-            return run() != 0
+            return run() not in wrong
 
     monkeypatch.setattr(tune.ProblemRun, "make", classmethod(lambda cls, problem, seed=0: FakeRun()))
+
+
+def test_a_heuristic_choice_that_fails_the_check_is_neither_chosen_nor_recorded_as_faster(monkeypatch):
+    """The heuristic's configuration (candidate 0) is the fastest but writes wrong results: the entry holds the fastest
+    correct configuration and no heuristic time below it (the loader would otherwise skip the entry for the heuristic)."""
+    fake_cublaslt(monkeypatch, {0: 2.0, 1: 3.0, 2: 4.0}, wrong={0})
     entry = tune.tune_problem(Problem("nt", "fp16", 64, 64, 64), [], tune.DEFAULT_MARGIN)
     assert entry["cublaslt"]["algo_id"] == 1 and entry["cublaslt_us"] == 3.0
     assert "cublaslt_heuristic_us" not in entry
+
+
+def test_near_ties_of_the_chosen_configuration_go_to_the_results_not_the_table(monkeypatch, tmp_path):
+    """Re-timed configurations within NEAR_TIE of the chosen one and correct are recorded beside it (`cublaslt_near`:
+    a benchmark's fresh autotune on another card picks among them); a slower one or a wrong one is not; a table
+    written from such entries leaves them out."""
+    fake_cublaslt(monkeypatch, {0: 3.0, 1: 3.05, 2: 3.5, 3: 3.06}, wrong={3})   # 3 as near as 1, but wrong
+    entry = tune.tune_problem(Problem("nt", "fp16", 64, 64, 64), [], tune.DEFAULT_MARGIN)
+    assert entry["cublaslt"]["algo_id"] == 0 and entry["cublaslt_us"] == 3.0
+    assert entry["cublaslt_near"] == [{"cublaslt": dict.fromkeys(entry["cublaslt"], 1), "cublaslt_us": 3.05}]
+    monkeypatch.setattr(tune, "table_header", lambda device, header: {"gpu": "test"})
+    written = tune.merge_into(tmp_path / "t.json", 0, {"nt_fp16_64_64_64": entry}, None)
+    assert "cublaslt_near" not in written["entries"]["nt_fp16_64_64_64"]
+    assert json.loads((tmp_path / "t.json").read_text()) == written
+    assert written["entries"]["nt_fp16_64_64_64"]["cublaslt"] == entry["cublaslt"]
+
+
+def test_a_tables_entries_leave_out_the_results_only_fields():
+    from cudal2_ops import tables
+    entry = {"cublaslt": {"algo_id": 1}, "cublaslt_us": 3.0, "cublaslt_near": [{"cublaslt": {"algo_id": 2}}]}
+    assert tables.table_entry(entry) == {"cublaslt": {"algo_id": 1}, "cublaslt_us": 3.0}
+    assert entry["cublaslt_near"]   # the results' entry itself is left as it was

@@ -102,8 +102,8 @@ def _capture_all(calls: dict[Hashable, IndexedCall], n_sets: int, calls_per_repl
 def _timed(graphs: dict, rounds: int, reps: int) -> dict[Hashable, dict]:
     """{key: summary} of `graphs` timed in rotated rounds."""
     samples = graph_timing.interleaved_us(graphs, rounds, reps)
-    return {key: {**summarize_us(times), "calls_per_replay": graphs[key].calls, "graph_mib": round(graphs[key].held_mib)}
-            for key, times in samples.items()}
+    return {key: {**summarize_us(times), "calls_per_replay": graphs[key].calls,
+                  "graph_mib": round(graphs[key].held_mib)} for key, times in samples.items()}
 
 
 def after_kernel_mode(call: IndexedCall, produce: IndexedCall, n_sets: int, est_ms: float, *, target_ms: float = 1.0,
