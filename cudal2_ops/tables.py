@@ -25,9 +25,9 @@ LAYOUTS, DTYPES = ("nn", "nt"), ("fp16", "bf16")
 # against its own, csrc/cublaslt_config.cpp, when a table is installed).
 LT_CONFIG_FIELDS = ("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
                     "cluster_shape")
+RESULTS_ONLY = ("cublaslt_near",)   # entry fields a tuning's results file keeps and its table leaves out
 # Off-grid problems split by M's alignment: cuBLASLt's heuristic choice differs in kind when M % M_ALIGNMENT != 0 (the
 # dispatcher's kMAlignment, csrc/dispatch.h), so the nearest-M cuBLASLt rule is validated and enabled per class.
-RESULTS_ONLY = ("cublaslt_near",)   # entry fields a tuning's results file keeps and its table leaves out
 M_ALIGNMENT = 8
 M_CLASSES = ("aligned_m", "unaligned_m")
 # The header's rules.nearest_m_cublaslt: which M classes the rule serves (old headers hold true / false).

@@ -68,42 +68,43 @@ def kernel_mode_interleaved(calls: dict[Hashable, IndexedCall], n_sets: int, cal
     its summary). Returns ({key: summary with `graph_mib`, the memory its capture and warm-up left allocated}, {key: the
     error of a graph that could not be captured}); `graph_mib` says which graph holds the memory."""
     stream = torch.cuda.Stream()
-    graphs, errors = _capture_all(calls, n_sets, calls_per_replay, stream)
-    timed = _timed(graphs, rounds, reps)
+    graphs, held, errors = _capture_all(calls, n_sets, calls_per_replay, stream)
+    timed = _timed(graphs, held, rounds, reps)
     retry = [key for key, exc in errors.items() if isinstance(exc, torch.cuda.OutOfMemoryError)]
     if retry:
         graphs.clear()
         torch.cuda.empty_cache()
     for key in retry:
-        alone, failed = _capture_all({key: calls[key]}, n_sets, calls_per_replay, stream)
+        alone, held, failed = _capture_all({key: calls[key]}, n_sets, calls_per_replay, stream)
         if failed:
             errors.update(failed)
         else:
             del errors[key]
-        timed.update({k: {**summary, "timed_alone": True} for k, summary in _timed(alone, rounds, reps).items()})
-        alone.clear()
+        timed.update({k: {**summary, "timed_alone": True} for k, summary in _timed(alone, held, rounds, reps).items()})
+        alone.clear()   # before the next one's capture
     return timed, errors
 
 
 def _capture_all(calls: dict[Hashable, IndexedCall], n_sets: int, calls_per_replay: dict[Hashable, int],
-                 stream: torch.cuda.Stream) -> tuple[dict, dict[Hashable, Exception]]:
-    """({key: its captured graph, with `held_mib`}, {key: its capture's error}), all graphs alive together."""
-    graphs, errors = {}, {}
+                 stream: torch.cuda.Stream) -> tuple[dict, dict[Hashable, float], dict[Hashable, Exception]]:
+    """({key: its captured graph}, {key: MiB its capture left allocated}, {key: its capture's error}), the graphs
+    alive together."""
+    graphs, held, errors = {}, {}, {}
     for key, call in calls.items():
         before = torch.cuda.memory_allocated()
         try:
             graphs[key] = graph_timing.CapturedCalls(call, n_sets, calls_per_replay[key], stream)
-            graphs[key].held_mib = (torch.cuda.memory_allocated() - before) / 2**20
+            held[key] = (torch.cuda.memory_allocated() - before) / 2**20
         except RuntimeError as exc:
             errors[key] = exc
-    return graphs, errors
+    return graphs, held, errors
 
 
-def _timed(graphs: dict, rounds: int, reps: int) -> dict[Hashable, dict]:
-    """{key: summary} of `graphs` timed in rotated rounds."""
+def _timed(graphs: dict, held: dict[Hashable, float], rounds: int, reps: int) -> dict[Hashable, dict]:
+    """{key: summary with `graph_mib`} of `graphs` timed in rotated rounds."""
     samples = graph_timing.interleaved_us(graphs, rounds, reps)
-    return {key: {**summarize_us(times), "calls_per_replay": graphs[key].calls,
-                  "graph_mib": round(graphs[key].held_mib)} for key, times in samples.items()}
+    return {key: {**summarize_us(times), "calls_per_replay": graphs[key].calls, "graph_mib": round(held[key])}
+            for key, times in samples.items()}
 
 
 def after_kernel_mode(call: IndexedCall, produce: IndexedCall, n_sets: int, est_ms: float, *, target_ms: float = 1.0,
