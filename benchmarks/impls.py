@@ -58,7 +58,8 @@ def _cudal2_describe(layout: str) -> Describe:
 
     def describe(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> dict:
         d = cudal2_ops.explain(a, b, layout=layout)
-        keep = ("path", "kernel", "splits", "swizzle", "raster", "cublaslt_policy", "cublaslt_config")
+        keep = ("path", "kernel", "splits", "swizzle", "raster", "cublaslt_policy", "cublaslt_config",
+                "cublaslt_near_ties", "cublaslt_near_tie_pick")
         return {key: d[key] for key in keep if key in d}
     return describe
 

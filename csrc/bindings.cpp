@@ -90,6 +90,10 @@ pybind11::dict explain(const at::Tensor& a, const at::Tensor& b, const std::opti
   out["cublaslt_policy"] = std::string(lt.source) == "table" ? "table"
                            : d.lt_policy == LtPolicy::kAutotune ? "autotune" : (lt.tuned ? "tuned" : "heuristic");
   out["cublaslt_config"] = lt.config;
+  if (std::string(lt.source) == "table") {
+    out["cublaslt_near_ties"] = d.entry.lt.rival_count;
+    out["cublaslt_near_tie_pick"] = lt.table_confirmed ? lt.table_pick : -1;
+  }
   out["cublaslt_candidate"] = lt.candidate_index;
   out["cublaslt_candidates"] = lt.candidate_count;
   out["cublaslt_tuned_us"] = lt.tuned_us;
@@ -112,15 +116,16 @@ TableRules table_rules(bool nearest_m_up, const std::string& lt_scope) {
 }
 
 // rows: (layout, dtype, m, n, k, kernel name or "" for none, splits, swizzle, raster, cuBLASLt configuration fields
-// or [] for none). Returns the names of kernels not loaded (their rows keep only their cuBLASLt configuration).
+// or [] for none, its near-ties' fields (fastest first; those past LtTableChoice::kMaxRivals are dropped)). Returns the
+// names of kernels not loaded (their rows keep only their cuBLASLt choice).
 using TableRow = std::tuple<std::string, std::string, int64_t, int64_t, int64_t, std::string, int, int, int,
-                            std::vector<int64_t>>;
+                            std::vector<int64_t>, std::vector<std::vector<int64_t>>>;
 std::vector<std::string> set_table(int device, const std::vector<TableRow>& rows, bool nearest_m_up,
                                    const std::string& nearest_m_cublaslt) {
   const TableRules rules = table_rules(nearest_m_up, nearest_m_cublaslt);
   std::vector<std::pair<ShapeKey, TableEntry>> entries;
   std::vector<std::string> missing;
-  for (const auto& [layout, dtype, m, n, k, name, splits, swizzle, raster, lt] : rows) {
+  for (const auto& [layout, dtype, m, n, k, name, splits, swizzle, raster, lt, near_ties] : rows) {
     TORCH_CHECK(dtype == "fp16" || dtype == "bf16", "table dtype must be fp16 or bf16, got ", dtype);
     TableEntry e;
     if (!name.empty()) {
@@ -131,10 +136,12 @@ std::vector<std::string> set_table(int device, const std::vector<TableRow>& rows
       e.raster = raster;
     }
     if (!lt.empty()) {
-      TORCH_CHECK(static_cast<int>(lt.size()) == LtConfig::kFields, "a table's cuBLASLt configuration has ",
-                  LtConfig::kFields, " fields, got ", lt.size());
       e.has_lt = true;
-      std::copy(lt.begin(), lt.end(), e.lt.fields.begin());
+      e.lt.config = config_from(lt);
+      for (const auto& tie : near_ties) {
+        if (e.lt.rival_count == LtTableChoice::kMaxRivals) break;
+        e.lt.rivals[e.lt.rival_count++] = config_from(tie);
+      }
     }
     if (e.kernel == nullptr && !e.has_lt) continue;
     entries.push_back({ShapeKey{parse_layout(layout), dtype == "bf16" ? CUDAL2_BF16 : CUDAL2_FP16, m, n, k}, e});
@@ -228,12 +235,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     });
   });
   m.def("table_size", [](int device) { return Dispatcher::instance().table_size(device); });
-  m.def("set_config", [](bool kernels_enabled, bool tuning, bool print_configs) {
-    Dispatcher::instance().set_config(DispatchConfig{kernels_enabled, tuning, print_configs});
-  });
+  m.def("set_config", [](bool kernels_enabled, bool tuning, bool print_configs, bool confirm_near_ties) {
+    Dispatcher::instance().set_config(DispatchConfig{kernels_enabled, tuning, print_configs, confirm_near_ties});
+  }, pybind11::arg("kernels_enabled"), pybind11::arg("tuning"), pybind11::arg("print_configs"),
+        pybind11::arg("confirm_near_ties") = true);
   m.def("get_config", [] {
     const DispatchConfig c = Dispatcher::instance().config();
-    return std::make_tuple(c.kernels_enabled, c.tuning, c.print_configs);
+    return std::make_tuple(c.kernels_enabled, c.tuning, c.print_configs, c.confirm_near_ties);
   });
   m.def("explain", &explain, pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("bias"), pybind11::arg("layout"));
   m.def("tuned_records", [] {

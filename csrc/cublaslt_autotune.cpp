@@ -1,5 +1,6 @@
-// Times cuBLASLt's heuristic candidates for one problem and picks the fastest (median of several samples), the
-// fastest few and the heuristic's choice re-timed in interleaved rounds before the pick (as cudal2_ops.tune does).
+// Times cuBLASLt algorithms for one problem and picks the fastest (median of several samples), the fastest few and
+// the first (the heuristic's or the table's choice) re-timed in interleaved rounds before the pick (as
+// cudal2_ops.tune does). Serves CUDAL2_TUNE's autotuning and the confirmation of a table entry's near-ties.
 //
 // Each timed burst is queued behind a GPU spin kernel, so the host has enqueued every call before the first one runs
 // and the events measure the kernels back to back, not the host's issue rate (a small GEMM takes ~2.5 us on the GPU
@@ -54,22 +55,28 @@ float time_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const 
 
 }  // namespace
 
-int autotune_candidates(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const Workspace& ws,
-                        float* best_us) {
+bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &capture);
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+int fastest_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const std::vector<cublasLtMatmulAlgo_t>& algos,
+                 const Workspace& ws, float* best_us) {
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::pair<float, int>> timed;  // (us, candidate index) of the first pass
-  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
+  for (int i = 0; i < static_cast<int>(algos.size()); ++i) {
     const double spent_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i > 0 && spent_ms > kBudgetMs) break;
-    const float us = time_algo(handle, g, plan, plan.candidates[i].algo, ws, start, stop);
+    const float us = time_algo(handle, g, plan, algos[i], ws, start, stop);
     if (us > 0.f) timed.emplace_back(us, i);
   }
   int best = -1;
   if (!timed.empty()) {
     // A single pass picks by noise where candidates differ by less than it (small problems): the fastest few, and
-    // the heuristic's choice, are timed again in interleaved rounds and the best median wins.
+    // the first algorithm, are timed again in interleaved rounds and the best median wins.
     std::sort(timed.begin(), timed.end());
     std::vector<int> finalists;
     for (int j = 0; j < std::min<int>(kFinalists, timed.size()); ++j) finalists.push_back(timed[j].second);
@@ -81,7 +88,7 @@ int autotune_candidates(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan
     for (int r = 0; r < kRetimeRounds; ++r) {
       for (size_t j = 0; j < finalists.size(); ++j) {
         const size_t f = (j + r) % finalists.size();
-        const float us = time_algo(handle, g, plan, plan.candidates[finalists[f]].algo, ws, start, stop);
+        const float us = time_algo(handle, g, plan, algos[finalists[f]], ws, start, stop);
         if (us > 0.f) rounds[f].push_back(us);
       }
     }

@@ -202,11 +202,11 @@ cublasStatus_t lt_matmul(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& pla
 }
 
 void CublasLtGemm::tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaStreamIsCapturing(g.stream, &capture);
-  if (capture != cudaStreamCaptureStatusNone || plan.candidates.empty()) return;  // cannot time while capturing
+  if (stream_capturing(g.stream) || plan.candidates.empty()) return;  // cannot time while capturing
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (const auto& c : plan.candidates) algos.push_back(c.algo);
   float best_us = 0.f;
-  const int best = autotune_candidates(handle(g.device), g, plan, ws, &best_us);
+  const int best = fastest_algo(handle(g.device), g, plan, algos, ws, &best_us);
   if (best < 0) return;
   plan.tuned = true;
   plan.tuned_index = best;
@@ -239,8 +239,11 @@ bool CublasLtGemm::check_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMat
 bool CublasLtGemm::table_algo_ready(const GemmArgs& g, LtPlan& plan, const LtConfig& config) {
   if (plan.table_state != 0 && plan.table_config == config) return plan.table_state > 0;
   plan.table_config = config;
-  const bool ok = algo_from_config(handle(g.device), g.dtype, config, &plan.table_algo) &&
-                  check_algo(g, plan, plan.table_algo);
+  plan.table_confirmed = false;
+  plan.table_pick = 0;
+  const bool ok = algo_from_config(handle(g.device), g.dtype, config, &plan.table_entry_algo) &&
+                  check_algo(g, plan, plan.table_entry_algo);
+  plan.table_algo = plan.table_entry_algo;
   plan.table_state = ok ? 1 : -1;
   if (!ok) {
     static std::mutex warned_mutex;
@@ -256,13 +259,37 @@ bool CublasLtGemm::table_algo_ready(const GemmArgs& g, LtPlan& plan, const LtCon
   return ok;
 }
 
-bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws, const LtConfig* table_config) {
+void CublasLtGemm::confirm_table_choice(const GemmArgs& g, LtPlan& plan, const LtTableChoice& table,
+                                        const Workspace& ws) {
+  std::vector<cublasLtMatmulAlgo_t> algos{plan.table_entry_algo};
+  std::vector<int> picks{0};  // 0: the entry's configuration; i: its i-th near-tie
+  for (int i = 0; i < table.rival_count; ++i) {
+    cublasLtMatmulAlgo_t algo{};
+    if (algo_from_config(handle(g.device), g.dtype, table.rivals[i], &algo) && check_algo(g, plan, algo)) {
+      algos.push_back(algo);
+      picks.push_back(i + 1);
+    }
+  }
+  float best_us = 0.f;
+  const int best = algos.size() > 1 ? fastest_algo(handle(g.device), g, plan, algos, ws, &best_us) : 0;
+  plan.table_pick = picks[std::max(best, 0)];
+  plan.table_algo = algos[std::max(best, 0)];
+  plan.table_confirmed = true;
+}
+
+bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws, const LtTableChoice* table) {
   std::shared_ptr<LtPlan> p = plan(g);
   std::lock_guard<std::mutex> lock(p->mutex);
   const cublasLtHandle_t h = handle(g.device);
-  if (table_config != nullptr && table_algo_ready(g, *p, *table_config) &&
-      lt_matmul(h, g, *p, p->table_algo, ws) == CUBLAS_STATUS_SUCCESS) {
-    return true;
+  if (table != nullptr && table_algo_ready(g, *p, table->config)) {
+    if (table->rival_count == 0) {
+      p->table_algo = p->table_entry_algo;  // near-ties not wanted (none, or confirmation turned off)
+      p->table_pick = 0;
+      p->table_confirmed = false;
+    } else if (!p->table_confirmed && !stream_capturing(g.stream)) {
+      confirm_table_choice(g, *p, *table, ws);  // under capture the entry's own runs until an eager call confirms
+    }
+    if (lt_matmul(h, g, *p, p->table_algo, ws) == CUBLAS_STATUS_SUCCESS) return true;
   }
   if (policy == LtPolicy::kAutotune && !p->tuned) tune(g, *p, ws);
   if (policy != LtPolicy::kHeuristic && p->tuned && lt_matmul(h, g, *p, p->tuned_algo, ws) == CUBLAS_STATUS_SUCCESS) {
@@ -304,11 +331,11 @@ bool CublasLtGemm::run_config(const GemmArgs& g, const LtConfig& config, const W
   return true;
 }
 
-LtChoice CublasLtGemm::describe(const GemmArgs& g, const LtConfig* table_config) {
+LtChoice CublasLtGemm::describe(const GemmArgs& g, const LtTableChoice* table) {
   const LtPlanKey key = lt_plan_key(g);
   std::shared_ptr<LtPlan> plan = plan_for(g, key);
   std::lock_guard<std::mutex> lock(plan->mutex);
-  const bool from_table = table_config != nullptr && table_algo_ready(g, *plan, *table_config);
+  const bool from_table = table != nullptr && table_algo_ready(g, *plan, table->config);
   const bool heuristic_available = plan->first_runnable < static_cast<int>(plan->candidates.size());
   const bool available = from_table || plan->tuned || heuristic_available;
   const char* source = from_table ? "table" : (plan->tuned ? "tuned" : "heuristic");
@@ -322,7 +349,8 @@ LtChoice CublasLtGemm::describe(const GemmArgs& g, const LtConfig* table_config)
     split_k = static_cast<int>(c.split_k());
     reduction = static_cast<int>(c.reduction());
   }
-  return LtChoice{available, source, config, plan->tuned,
+  return LtChoice{available, source, from_table ? plan->table_pick : -1, from_table && plan->table_confirmed,
+                  config, plan->tuned,
                   from_table ? -1 : (plan->tuned ? plan->tuned_index : plan->first_runnable),
                   static_cast<int>(plan->candidates.size()), plan->tuned_us, key.str(), split_k, reduction};
 }

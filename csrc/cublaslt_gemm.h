@@ -4,6 +4,7 @@
 
 #include <cublasLt.h>
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,16 @@ enum class LtPolicy {
   kHeuristic,  // the top heuristic algorithm
   kAutotune,   // time the heuristic's candidates once per problem (not while capturing), keep the fastest
   kCached      // a tuned algorithm if one is known (from this process or the tuning file), else the heuristic
+};
+
+// A table's cuBLASLt choice for one problem: the configuration it measured fastest, and the configurations it measured
+// within a few percent of it (its near-ties, fastest first). Which of them is fastest differs between cards of one
+// model, so a problem's first eager call times them on this GPU and keeps the fastest (`rival_count` 0: no timing).
+struct LtTableChoice {
+  static constexpr int kMaxRivals = 4;
+  LtConfig config;
+  std::array<LtConfig, kMaxRivals> rivals{};
+  int rival_count = 0;
 };
 
 // Everything a cuBLASLt call depends on besides pointers: shape, strides, dtype, layout, bias, alignments.
@@ -47,10 +58,14 @@ struct LtPlan {
   float tuned_us = 0.f;
   int tuned_index = -1;  // index into candidates (or -1 when the algorithm came from the tuning file)
   int first_runnable = 0;  // candidates before it failed to launch for this problem
-  // The table's configuration for this problem, checked on first use: 0 unchecked, 1 runs (table_algo), -1 cannot.
+  // The table's configuration for this problem, checked on first use: 0 unchecked, 1 runs (table_entry_algo), -1
+  // cannot. table_algo is what runs: the entry's algorithm, or the near-tie its confirmation found fastest here.
   int table_state = 0;
   LtConfig table_config;
+  cublasLtMatmulAlgo_t table_entry_algo{};
   cublasLtMatmulAlgo_t table_algo{};
+  bool table_confirmed = false;  // the near-ties were timed on this GPU (never while capturing)
+  int table_pick = 0;            // 0: the entry's configuration runs; i > 0: its i-th near-tie
   std::mutex mutex;      // guards the bias attribute, the tuned and the table fields
   ~LtPlan();
 };
@@ -59,6 +74,8 @@ struct LtPlan {
 struct LtChoice {
   bool available;
   const char* source;  // "table", "tuned" or "heuristic": where the algorithm that runs comes from
+  int table_pick;       // with a table source: 0 the entry's configuration, i > 0 its i-th near-tie
+  bool table_confirmed;  // with a table source: whether its near-ties were timed here (first eager call)
   std::string config;  // its configuration (LtConfig::str)
   bool tuned;
   int candidate_index;  // -1 if from the tuning file
@@ -78,11 +95,12 @@ class CublasLtGemm {
   static CublasLtGemm& baseline();
 
   // Runs the GEMM on g.stream; false when cuBLASLt has no algorithm for it (the caller then uses torch).
-  // `table_config`: the table's measured configuration for this problem, used when it passes cuBLASLt's check for
-  // the problem (checked once per plan; one that fails is reported by a single warning and the heuristic runs).
-  bool run(const GemmArgs& g, LtPolicy policy, const Workspace& ws, const LtConfig* table_config = nullptr);
+  // `table`: the table's measured choice for this problem, used when its configuration passes cuBLASLt's check for
+  // the problem (checked once per plan; one that fails is reported by a single warning and the heuristic runs). Its
+  // near-ties are timed against it at the problem's first call outside stream capture (synchronises once).
+  bool run(const GemmArgs& g, LtPolicy policy, const Workspace& ws, const LtTableChoice* table = nullptr);
 
-  LtChoice describe(const GemmArgs& g, const LtConfig* table_config = nullptr);
+  LtChoice describe(const GemmArgs& g, const LtTableChoice* table = nullptr);
 
   // The heuristic's candidates for g's problem as configurations, best first (the tuner times them).
   std::vector<LtConfig> candidate_configs(const GemmArgs& g);
@@ -111,6 +129,9 @@ class CublasLtGemm {
   void tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws);
   // Whether the table's configuration runs this plan's problem (checks it on first use; the plan's mutex is held).
   bool table_algo_ready(const GemmArgs& g, LtPlan& plan, const LtConfig& config);
+  // Times the table's configuration against its runnable near-ties on g's buffers and keeps the fastest as
+  // plan.table_algo (the plan's mutex is held; not while capturing). Without near-ties, the entry's own runs.
+  void confirm_table_choice(const GemmArgs& g, LtPlan& plan, const LtTableChoice& table, const Workspace& ws);
   bool check_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo);
 
   const bool own_handles_;
@@ -124,9 +145,13 @@ class CublasLtGemm {
 cublasStatus_t lt_matmul(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
                          const Workspace& ws);
 
-// Times every candidate of `plan` on g's buffers (synchronises; never while capturing) and returns the index of the
-// fastest, or -1. Implemented in cublaslt_autotune.cpp.
-int autotune_candidates(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const Workspace& ws,
-                        float* best_us);
+// Times `algos` for `plan`'s problem on g's buffers (synchronises; never while capturing) and returns the index of
+// the fastest, or -1 when none runs; algos[0] (the heuristic's or the table's choice) is always a finalist.
+// Implemented in cublaslt_autotune.cpp.
+int fastest_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const std::vector<cublasLtMatmulAlgo_t>& algos,
+                 const Workspace& ws, float* best_us);
+
+// Whether work enqueued on `stream` now would be captured into a graph (nothing may be timed then).
+bool stream_capturing(cudaStream_t stream);
 
 }  // namespace cudal2

@@ -108,6 +108,7 @@ void Dispatcher::set_config(const DispatchConfig& config) {
   kernels_enabled_ = config.kernels_enabled;
   tuning_ = config.tuning;
   print_configs_ = config.print_configs;
+  confirm_near_ties_ = config.confirm_near_ties;
   std::lock_guard<std::mutex> lock(mutex_);
   logged_.clear();
   generation_.fetch_add(1, std::memory_order_acq_rel);
@@ -115,7 +116,8 @@ void Dispatcher::set_config(const DispatchConfig& config) {
 
 DispatchConfig Dispatcher::config() const {
   return DispatchConfig{kernels_enabled_.load(std::memory_order_relaxed), tuning_.load(std::memory_order_relaxed),
-                        print_configs_.load(std::memory_order_relaxed)};
+                        print_configs_.load(std::memory_order_relaxed),
+                        confirm_near_ties_.load(std::memory_order_relaxed)};
 }
 
 bool Dispatcher::kernel_fits(const TableEntry& e, const GemmArgs& g, int cc, int sm_count) const {
@@ -143,6 +145,7 @@ Decision Dispatcher::decide(const GemmArgs& g) {
     auto hit = t->entries.find(shape_key(g));
     if (hit != t->entries.end()) {
       d.entry = hit->second;
+      if (!cfg.confirm_near_ties) d.entry.lt.rival_count = 0;
       if (hit->second.kernel == nullptr) {
         d.reason = "table: exact hit, cuBLASLt configuration";
       } else if (!cfg.kernels_enabled) {
@@ -198,7 +201,7 @@ void Dispatcher::apply_rules(const DeviceTable& t, const GemmArgs& g, int cc, in
   const TableEntry& e = t.entries.at(ShapeKey{g.layout, g.dtype, nearest, g.n, g.k});
   d.entry = TableEntry{};
   d.entry.has_lt = true;
-  d.entry.lt = e.lt;
+  d.entry.lt.config = e.lt.config;  // its near-ties were measured for the tuned M, not this one: none are timed
   d.reason = aligned ? "table rule nearest_m_cublaslt (aligned M): cuBLASLt configuration of the nearest tuned M"
                     : "table rule nearest_m_cublaslt (unaligned M): cuBLASLt configuration of the nearest tuned M";
   d.tuned_m = nearest;

@@ -17,13 +17,13 @@
 
 namespace cudal2 {
 
-// One problem's entry: a kernel with its knobs, and/or the measured cuBLASLt configuration (what runs when there is
-// no kernel, or the kernel cannot take a particular call).
+// One problem's entry: a kernel with its knobs, and/or the measured cuBLASLt choice (what runs when there is no
+// kernel, or the kernel cannot take a particular call), with its near-ties.
 struct TableEntry {
   const cudal2_kernel* kernel = nullptr;
   int splits = 0, swizzle = 0, raster = 0;
   bool has_lt = false;
-  LtConfig lt;
+  LtTableChoice lt;
 };
 
 // Misses are split by M's alignment (cudal2_ops.tables.M_ALIGNMENT): cuBLASLt's heuristic choice for M % 8 != 0 is
@@ -53,6 +53,8 @@ struct DispatchConfig {
   bool kernels_enabled = true;  // CUDAL2_DISABLE_KERNELS=1 turns table kernels off
   bool tuning = false;          // CUDAL2_TUNE=1: autotune cuBLASLt on a miss
   bool print_configs = false;   // CUDAL2_PRINT_CONFIGS=1: log each new decision once
+  // CUDAL2_NO_CONFIRM=1 turns it off: an exact hit's cuBLASLt near-ties are timed at its first eager call
+  bool confirm_near_ties = true;
 };
 
 class Dispatcher {
@@ -116,7 +118,7 @@ class Dispatcher {
   // Installed tables, read lock-free; replaced ones stay alive in `retired_` (tables change rarely and are small).
   std::atomic<const DeviceTable*> tables_[kMaxDevices] = {};
   std::vector<std::unique_ptr<const DeviceTable>> retired_;
-  std::atomic<bool> kernels_enabled_{true}, tuning_{false}, print_configs_{false};
+  std::atomic<bool> kernels_enabled_{true}, tuning_{false}, print_configs_{false}, confirm_near_ties_{true};
   std::unordered_map<std::string, bool> logged_;
   std::function<void(int)> table_loader_;
   std::unordered_map<int, bool> table_requested_;

@@ -13,7 +13,6 @@
 #include "tuning_bindings.h"
 
 namespace cudal2 {
-namespace {
 
 LtConfig config_from(const std::vector<int64_t>& fields) {
   TORCH_CHECK(static_cast<int>(fields.size()) == LtConfig::kFields, "a cuBLASLt configuration has ",
@@ -22,8 +21,6 @@ LtConfig config_from(const std::vector<int64_t>& fields) {
   std::copy(fields.begin(), fields.end(), c.fields.begin());
   return c;
 }
-
-}  // namespace
 
 std::vector<std::vector<int64_t>> lt_candidates_on(CublasLtGemm& lt, const at::Tensor& a, const at::Tensor& b,
                                                    at::Tensor& out, const std::string& layout) {

@@ -12,6 +12,8 @@
 
 namespace cudal2 {
 
+// A cuBLASLt configuration from its fields (lt_config_fields() order); raises for a wrong count.
+LtConfig config_from(const std::vector<int64_t>& fields);
 // The heuristic's candidates of `lt` for a problem, as configuration fields (best first).
 std::vector<std::vector<int64_t>> lt_candidates_on(CublasLtGemm& lt, const at::Tensor& a, const at::Tensor& b,
                                                    at::Tensor& out, const std::string& layout);

@@ -56,9 +56,10 @@ def load_kernel_libraries() -> list[str]:
 
 
 def apply_env_config() -> None:
-    """Reads CUDAL2_DISABLE_KERNELS, CUDAL2_TUNE and CUDAL2_PRINT_CONFIGS into the dispatcher."""
+    """Reads CUDAL2_DISABLE_KERNELS, CUDAL2_TUNE, CUDAL2_PRINT_CONFIGS and CUDAL2_NO_CONFIRM into the dispatcher."""
     if _C is not None:
-        _C.set_config(not env_flag("CUDAL2_DISABLE_KERNELS"), env_flag("CUDAL2_TUNE"), env_flag("CUDAL2_PRINT_CONFIGS"))
+        _C.set_config(not env_flag("CUDAL2_DISABLE_KERNELS"), env_flag("CUDAL2_TUNE"), env_flag("CUDAL2_PRINT_CONFIGS"),
+                      not env_flag("CUDAL2_NO_CONFIRM"))
 
 
 LOADED_LIBRARIES = load_kernel_libraries()

@@ -25,7 +25,7 @@ LAYOUTS, DTYPES = ("nn", "nt"), ("fp16", "bf16")
 # against its own, csrc/cublaslt_config.cpp, when a table is installed).
 LT_CONFIG_FIELDS = ("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
                     "cluster_shape")
-RESULTS_ONLY = ("cublaslt_near",)   # entry fields a tuning's results file keeps and its table leaves out
+NEAR_TIES_RUN = 4   # near-ties of an entry the dispatcher times at a problem's first eager call (LtTableChoice)
 # Off-grid problems split by M's alignment: cuBLASLt's heuristic choice differs in kind when M % M_ALIGNMENT != 0 (the
 # dispatcher's kMAlignment, csrc/dispatch.h), so the nearest-M cuBLASLt rule is validated and enabled per class.
 M_ALIGNMENT = 8
@@ -224,7 +224,8 @@ def _without_foreign_cublaslt(table: Table, facts: DeviceFacts) -> Table:
     warnings.warn(f"cudal2_ops: table {table.path} holds cuBLASLt configurations measured with cuBLASLt {recorded}; "
                   f"this is cuBLASLt {facts.cublaslt}, so those problems use cuBLASLt's heuristic (its kernels are "
                   f"still used). Re-tune with `python -m cudal2_ops.tune`.", RuntimeWarning, stacklevel=4)
-    entries = {key: {k: v for k, v in e.items() if k != "cublaslt"} for key, e in table.entries.items()}
+    entries = {key: {k: v for k, v in e.items() if k not in ("cublaslt", "cublaslt_near")}
+               for key, e in table.entries.items()}
     return Table(table.path, table.header, {key: e for key, e in entries.items() if "kernel" in e})
 
 
@@ -241,11 +242,6 @@ def load_table_for(facts: DeviceFacts) -> Table | None:
         return tuned
     header = dict(table.header, tuned_overlay=str(tuned_path))
     return Table(table.path, header, {**table.entries, **tuned.entries})
-
-
-def table_entry(entry: dict) -> dict:
-    """`entry` as a table holds it: without the RESULTS_ONLY fields of a tuning's results file."""
-    return {field_: value for field_, value in entry.items() if field_ not in RESULTS_ONLY}
 
 
 def cublaslt_fields(entry: dict) -> list[int]:
@@ -268,17 +264,24 @@ def slower_than_heuristic(entry: dict) -> bool:
     return bool(entry.get("cublaslt")) and heuristic_us is not None and entry.get("cublaslt_us", 0.0) > heuristic_us
 
 
+def near_tie_fields(entry: dict) -> list[list[int]]:
+    """The cuBLASLt configurations an entry's tuning measured within a few percent of its own (`cublaslt_near`,
+    fastest first), as the dispatcher takes them: at most NEAR_TIES_RUN."""
+    return [cublaslt_fields(tie) for tie in entry.get("cublaslt_near", [])[:NEAR_TIES_RUN]]
+
+
 def table_rows(table: Table) -> list[tuple]:
-    """Rows for the dispatcher: (layout, dtype, m, n, k, kernel or "", splits, swizzle, raster, cuBLASLt fields).
-    A cuBLASLt configuration `slower_than_heuristic` is left out (and with it an entry that names no kernel), so those
-    problems run the heuristic's choice."""
+    """Rows for the dispatcher: (layout, dtype, m, n, k, kernel or "", splits, swizzle, raster, cuBLASLt fields, its
+    near-ties' fields). A cuBLASLt configuration `slower_than_heuristic` is left out with its near-ties (and with them
+    an entry that names no kernel), so those problems run the heuristic's choice."""
     rows = []
     for key, entry in table.entries.items():
         config = [] if slower_than_heuristic(entry) else cublaslt_fields(entry)
         if not config and not entry.get("kernel"):
             continue
         layout, dtype, m, n, k = parse_key(key)
-        rows.append((layout, dtype, m, n, k, entry.get("kernel", ""), *Knobs.from_dict(entry), config))
+        rows.append((layout, dtype, m, n, k, entry.get("kernel", ""), *Knobs.from_dict(entry), config,
+                     near_tie_fields(entry) if config else []))
     return rows
 
 

@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from cudal2_ops.tables import table_entry
 from cudal2_testing.measure.stored import read_json
 from search import emit, sanitize_gate, table_select
 from search.store import read_store
@@ -84,7 +83,7 @@ def rebuild(slug: str, committed_header: dict, results: Path = RESULTS) -> Rebui
     header = {k: v for k, v in committed_header.items() if k != "withheld_unsanitized"}
     entries = dict(built["entries"])
     for tuning in tunings:
-        entries.update({key: table_entry(entry) for key, entry in tuning["entries"].items()})
+        entries.update(tuning["entries"])
     tuned = {"header": header if tunings else built["header"], "entries": entries}
     return Rebuild(swept, emitted, tunings, tuned, sanitize_gate.gate(tuned))
 

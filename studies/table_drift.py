@@ -7,7 +7,9 @@ entry's tuned time (`cublaslt_us`) and the bar's time over the baseline the tune
 configuration lost its rank among near-equal ones (another card, another power state) and the bar's fresh autotune
 found a faster one. The report counts the shapes below 0.97 of the bar by that cause, per log2(MNK) bucket, and,
 where the rows say what ran (`ran`, benchmarks since the tenth session), the losses on which cudal2 ran the very
-configuration the bar chose (those are timing noise, not a choice).
+configuration the bar chose (those are timing noise, not a choice), and the shapes whose bar picked one of the entry's
+own choices (its configuration or a near-tie, `cublaslt_near`, which cudal2 times at the first eager call): where it
+did not, no confirmation among them could have matched the bar.
 
     python -m studies.table_drift --table kernels/sm90/nvidia_h200.json --runs RUN.json.gz ... --out drift.md
 """
@@ -19,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from cudal2_ops.tables import entry_key
+from cudal2_ops.tables import cublaslt_fields, entry_key, near_tie_fields
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.stored import read_json
 from cudal2_testing.measure.summary import markdown_table
@@ -53,6 +55,15 @@ def same_configuration(ours: dict, bar: dict) -> bool | None:
     return None if mine is None or theirs is None else list(mine) == list(theirs)
 
 
+def bar_in_shortlist(entry: dict, bar: dict) -> bool | None:
+    """Whether the bar ran the entry's configuration or one of its near-ties; None where the row does not say or the
+    entry lists no near-ties (a table tuned before they were recorded)."""
+    theirs = bar.get("ran", {}).get("cublaslt_config")
+    if theirs is None or not entry.get("cublaslt_near"):
+        return None
+    return list(theirs) in [cublaslt_fields(entry), *near_tie_fields(entry)]
+
+
 def drift_rows(entries: dict, runs: list[dict]) -> list[dict]:
     """One record per shape and layout with a cuBLASLt entry and cudal2 and bar times."""
     rows = []
@@ -67,7 +78,8 @@ def drift_rows(entries: dict, runs: list[dict]) -> list[dict]:
                          "bar_vs_repeat": us[bar] / us.get(f"{bar}-repeat", us[bar]),
                          "cudal2_drift": us["cudal2"] / entry["cublaslt_us"],
                          "bar_drift": us[bar] / entry["baseline_us"],
-                         "same_configuration": same_configuration(found["cudal2"], found[bar])})
+                         "same_configuration": same_configuration(found["cudal2"], found[bar]),
+                         "bar_in_shortlist": bar_in_shortlist(entry, found[bar])})
     return rows
 
 
@@ -92,14 +104,20 @@ def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
         causes = collections.Counter(cause(r) for r in losses)
         noise = sum(not LOSS <= r["bar_vs_repeat"] <= 1 / LOSS for r in rs)
         same = [r["same_configuration"] for r in losses if r["same_configuration"] is not None]
+        listed = [r["bar_in_shortlist"] for r in rs if r["bar_in_shortlist"] is not None]
+        listed_losses = [r["bar_in_shortlist"] for r in losses if r["bar_in_shortlist"] is not None]
         summary[b] = {"shapes": len(rs), "cudal2_drift_median": statistics.median(r["cudal2_drift"] for r in rs),
                       "bar_drift_median": statistics.median(r["bar_drift"] for r in rs), "losses": len(losses),
                       "loss_causes": dict(causes), "bar_vs_repeat_outside_3pct": noise,
-                      "losses_on_the_bars_configuration": sum(same) if same else None}
+                      "losses_on_the_bars_configuration": sum(same) if same else None,
+                      "bar_in_shortlist": [sum(listed), len(listed)] if listed else None,
+                      "losses_bar_in_shortlist": [sum(listed_losses), len(listed_losses)] if listed_losses else None}
         s = summary[b]
         table.append([b, len(rs), f"{s['cudal2_drift_median']:.3f}", f"{s['bar_drift_median']:.3f}", len(losses),
                       causes["entry lost its rank"], causes["both slower than at tuning"],
-                      causes["entry at its tuned time"], noise, f"{sum(same)} of {len(same)}" if same else "-"])
+                      causes["entry at its tuned time"], noise, f"{sum(same)} of {len(same)}" if same else "-",
+                      f"{sum(listed)} of {len(listed)}" if listed else "-",
+                      f"{sum(listed_losses)} of {len(listed_losses)}" if listed_losses else "-"])
     lines = ["# The table's cuBLASLt entries: drift since tuning, and the shapes below 0.97 of the bar", "",
              f"- Runs: {', '.join(f'`{s}`' for s in sources)}",
              f"- Drift: a time over the one the tuner measured for the entry (cudal2: the entry's `cublaslt_us`; the "
@@ -107,7 +125,8 @@ def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
              "same-layout cuBLASLt-autotune timed in the same run.", "",
              *markdown_table(["log2 MNK", "shapes", "cudal2 drift (median)", "bar drift (median)", "losses",
                               "entry lost its rank", "both slower", "entry at its tuned time",
-                              "bar vs its repeat outside 3%", "losses on the bar's own configuration"], table), ""]
+                              "bar vs its repeat outside 3%", "losses on the bar's own configuration",
+                              "bar's pick among the entry's choices", "same, losses"], table), ""]
     worst = sorted((r for r in rows if r["vs_bar"] < LOSS), key=lambda r: r["vs_bar"])[:15]
     lines += ["Worst losses:", "", *markdown_table(
         ["layout", "dtype", "M x N x K", "vs bar", "bar vs repeat", "cudal2 drift", "bar drift"],

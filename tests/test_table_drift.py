@@ -43,3 +43,17 @@ def test_losses_are_told_apart_by_what_drifted(tmp_path):
     assert summary["losses"] == 3 and summary["losses_on_the_bars_configuration"] == 1
     assert summary["loss_causes"] == {"entry lost its rank": 1, "both slower than at tuning": 1,
                                       "entry at its tuned time": 1}
+
+
+def test_the_bars_pick_is_looked_up_among_the_entrys_choices():
+    """The bar's configuration counts as the entry's own choice when it is the entry's configuration or one of its
+    near-ties; an entry without near-ties (tuned before they were recorded) or a row without `ran` does not say."""
+    fields = dict(zip(("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
+                       "cluster_shape"), CONFIG_A))
+    near = dict(fields, tile=CONFIG_B[1], custom=0)
+    listed = {"cublaslt": fields, "cublaslt_near": [{"cublaslt": near}]}
+    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0, CONFIG_B)) is True
+    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0, CONFIG_A)) is True
+    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0, [66, 1, 35, 1, 0, 0, 0, 0, 3])) is False
+    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0)) is None
+    assert table_drift.bar_in_shortlist({"cublaslt": fields}, row(1, "b", "nt", 1.0, CONFIG_A)) is None

@@ -50,7 +50,7 @@ def test_built_table_passes_the_loader_validators(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_TABLE", str(path))
     facts = tables.DeviceFacts(ENV["gpu_name"], 132, (9, 0), "13.0")
     table = tables.load_table_for(facts)
-    assert table is not None and tables.table_rows(table) == [("nt", "fp16", 1, 64, 64, "k", 0, 0, 0, [])]
+    assert table is not None and tables.table_rows(table) == [("nt", "fp16", 1, 64, 64, "k", 0, 0, 0, [], [])]
 
 
 def test_merged_sweeps_take_each_problem_from_the_last_sweep():

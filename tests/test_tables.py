@@ -39,7 +39,7 @@ def test_matching_header_is_accepted(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_TABLE", str(path))
     table = tables.load_table_for(FACTS)
     assert table is not None and table.nearest_m_up
-    assert tables.table_rows(table) == [("nt", "fp16", 64, 64, 64, "k", 2, 0, 0, [])]
+    assert tables.table_rows(table) == [("nt", "fp16", 64, 64, 64, "k", 2, 0, 0, [], [])]
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -93,7 +93,23 @@ def test_cublaslt_configurations_become_dispatcher_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
     rows = sorted(tables.table_rows(tables.load_table_for(FACTS_LT)))
     fields = [21, 18, 8, 1, 0, 0, 0, 0, 2]
-    assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields), ("nt", "fp16", 64, 64, 64, "k", 0, 0, 1, fields)]
+    assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields, []),
+                    ("nt", "fp16", 64, 64, 64, "k", 0, 0, 1, fields, [])]
+
+
+def test_near_ties_reach_the_dispatcher_fastest_first_and_at_most_near_ties_run(tmp_path, monkeypatch):
+    """An entry's `cublaslt_near` configurations become its row's near-ties in their order, at most NEAR_TIES_RUN;
+    a configuration left out as slower than the heuristic takes its near-ties with it."""
+    ties = [{"cublaslt": dict(LT, tile=t), "cublaslt_us": 2.5 + t / 100} for t in range(1, 7)]
+    entries = {"nn_bf16_8_64_64": {"cublaslt": LT, "cublaslt_us": 2.5, "cublaslt_near": ties},
+               "nt_bf16_8_64_64": {"cublaslt": LT, "cublaslt_us": 8.0, "cublaslt_heuristic_us": 6.0,
+                                   "cublaslt_near": ties}}
+    monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(cublaslt_version=130100), entries)))
+    monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
+    rows = tables.table_rows(tables.load_table_for(FACTS_LT))
+    fields = [21, 18, 8, 1, 0, 0, 0, 0, 2]
+    assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields,
+                     [[21, t, 8, 1, 0, 0, 0, 0, 2] for t in range(1, tables.NEAR_TIES_RUN + 1)])]
 
 
 def test_configurations_measured_slower_than_the_heuristic_are_not_installed(tmp_path, monkeypatch):
@@ -107,18 +123,20 @@ def test_configurations_measured_slower_than_the_heuristic_are_not_installed(tmp
     monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
     rows = sorted(tables.table_rows(tables.load_table_for(FACTS_LT)))
     fields = [21, 18, 8, 1, 0, 0, 0, 0, 2]
-    assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields), ("nt", "bf16", 8, 64, 64, "", 0, 0, 0, fields),
-                    ("nt", "fp16", 64, 64, 64, "k", 0, 0, 0, [])]
+    assert rows == [("nn", "bf16", 8, 64, 64, "", 0, 0, 0, fields, []),
+                    ("nt", "bf16", 8, 64, 64, "", 0, 0, 0, fields, []), ("nt", "fp16", 64, 64, 64, "k", 0, 0, 0, [], [])]
 
 
 def test_configurations_of_another_cublaslt_are_dropped_with_one_warning(tmp_path, monkeypatch):
-    entries = {"nn_bf16_8_64_64": {"cublaslt": LT}, "nt_fp16_64_64_64": {"kernel": "k", "cublaslt": LT}}
+    entries = {"nn_bf16_8_64_64": {"cublaslt": LT}, "nt_fp16_64_64_64": {"kernel": "k", "cublaslt": LT,
+                                                                         "cublaslt_near": [{"cublaslt": LT}]}}
     monkeypatch.setenv("CUDAL2_TABLE", str(write_table(tmp_path, make_header(cublaslt_version=120900), entries)))
     monkeypatch.setenv("CUDAL2_TUNED_TABLE", str(tmp_path / "none.json"))
     with pytest.warns(RuntimeWarning, match="cuBLASLt 120900.*this is cuBLASLt 130100") as caught:
         table = tables.load_table_for(FACTS_LT)
     assert len(caught) == 1
-    assert tables.table_rows(table) == [("nt", "fp16", 64, 64, 64, "k", 0, 0, 0, [])]  # the kernel stays
+    assert tables.table_rows(table) == [("nt", "fp16", 64, 64, 64, "k", 0, 0, 0, [], [])]  # the kernel stays
+    assert table.entries == {"nt_fp16_64_64_64": {"kernel": "k"}}  # the near-ties went with the configuration
 
 
 def test_a_configuration_missing_a_field_is_an_error(tmp_path):

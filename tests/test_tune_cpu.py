@@ -129,23 +129,16 @@ def test_a_heuristic_choice_that_fails_the_check_is_neither_chosen_nor_recorded_
     assert "cublaslt_heuristic_us" not in entry
 
 
-def test_near_ties_of_the_chosen_configuration_go_to_the_results_not_the_table(monkeypatch, tmp_path):
-    """Re-timed configurations within NEAR_TIE of the chosen one and correct are recorded beside it (`cublaslt_near`:
-    a benchmark's fresh autotune on another card picks among them); a slower one or a wrong one is not; a table
-    written from such entries leaves them out."""
-    fake_cublaslt(monkeypatch, {0: 3.0, 1: 3.05, 2: 3.5, 3: 3.06}, wrong={3})   # 3 as near as 1, but wrong
+def test_near_ties_of_the_chosen_configuration_are_recorded_in_the_table(monkeypatch, tmp_path):
+    """Re-timed configurations within NEAR_TIE of the chosen one and correct are recorded beside it, fastest first
+    (`cublaslt_near`: the dispatcher times them against it at a problem's first eager call on the user's card); a
+    slower one or a wrong one is not; the written table keeps them."""
+    fake_cublaslt(monkeypatch, {0: 3.0, 1: 3.12, 2: 3.5, 3: 3.06, 4: 3.05}, wrong={3})   # 3 near, but wrong
     entry = tune.tune_problem(Problem("nt", "fp16", 64, 64, 64), [], tune.DEFAULT_MARGIN)
     assert entry["cublaslt"]["algo_id"] == 0 and entry["cublaslt_us"] == 3.0
-    assert entry["cublaslt_near"] == [{"cublaslt": dict.fromkeys(entry["cublaslt"], 1), "cublaslt_us": 3.05}]
+    assert entry["cublaslt_near"] == [{"cublaslt": dict.fromkeys(entry["cublaslt"], 4), "cublaslt_us": 3.05},
+                                      {"cublaslt": dict.fromkeys(entry["cublaslt"], 1), "cublaslt_us": 3.12}]
     monkeypatch.setattr(tune, "table_header", lambda device, header: {"gpu": "test"})
     written = tune.merge_into(tmp_path / "t.json", 0, {"nt_fp16_64_64_64": entry}, None)
-    assert "cublaslt_near" not in written["entries"]["nt_fp16_64_64_64"]
+    assert written["entries"]["nt_fp16_64_64_64"] == entry
     assert json.loads((tmp_path / "t.json").read_text()) == written
-    assert written["entries"]["nt_fp16_64_64_64"]["cublaslt"] == entry["cublaslt"]
-
-
-def test_a_tables_entries_leave_out_the_results_only_fields():
-    from cudal2_ops import tables
-    entry = {"cublaslt": {"algo_id": 1}, "cublaslt_us": 3.0, "cublaslt_near": [{"cublaslt": {"algo_id": 2}}]}
-    assert tables.table_entry(entry) == {"cublaslt": {"algo_id": 1}, "cublaslt_us": 3.0}
-    assert entry["cublaslt_near"]   # the results' entry itself is left as it was

@@ -22,7 +22,7 @@ from cudal2_ops.tables import DeviceFacts, gpu_slug, load_table_for
 
 REPO = Path(__file__).resolve().parents[2]
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
-              "power.limit", "memory.total", "pci.bus_id")
+              "power.limit", "memory.total", "pci.bus_id", "uuid")  # uuid: which card (tuned on it, or another)
 
 
 def _run(cmd: list[str]) -> str | None:
@@ -55,7 +55,7 @@ def cublas_version() -> str | None:
 
 # The cudal2 environment variables that change what a benchmark measures (README "Environment variables").
 BEHAVIOUR_VARIABLES = ("CUDAL2_DISABLE_KERNELS", "CUDAL2_DISABLE_PDL", "CUDAL2_DISABLE_INDUCTOR_LOWERING", "CUDAL2_TABLE",
-                       "CUDAL2_TUNE", "CUDAL2_TUNE_FILE", "CUDAL2_KERNEL_LIBS")
+                       "CUDAL2_TUNE", "CUDAL2_TUNE_FILE", "CUDAL2_KERNEL_LIBS", "CUDAL2_NO_CONFIRM")
 
 
 def cudal2_environment() -> dict[str, str]:

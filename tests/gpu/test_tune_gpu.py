@@ -89,6 +89,54 @@ def test_a_table_configuration_runs_and_a_bad_one_falls_back_with_one_warning(tm
     assert len(miss["warnings"]) == 1 and "nt_fp16_100_384_512" in miss["warnings"][0]
 
 
+def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_path):
+    """An entry whose configuration is the problem's slowest candidate, with its fastest as a near-tie: explain shows
+    the entry's configuration until a call outside capture times both and keeps the fastest (pick 1); a first call
+    under CUDA-graph capture runs the entry's own and confirms nothing; results stay correct throughout; with
+    CUDAL2_NO_CONFIRM=1 the entry's configuration runs after eager calls too."""
+    run = tune.ProblemRun.make(tune.Problem("nt", "fp16", 512, 1024, 4096))
+    configs = _C.tuning.lt_candidates(run.a, run.b, run.out, "nt")
+    timed = sorted((tune.graph_time_us(lambda c=c: run.run_config(c)), i) for i, c in enumerate(configs))
+    (fast_us, fast), (slow_us, slow) = timed[0], timed[-1]
+    if slow_us < 1.3 * fast_us:
+        pytest.skip(f"candidates within 30% of each other here ({fast_us:.1f} / {slow_us:.1f} us)")
+    entry = {"cublaslt": dict(zip(tables.LT_CONFIG_FIELDS, configs[slow])),
+             "cublaslt_near": [{"cublaslt": dict(zip(tables.LT_CONFIG_FIELDS, configs[fast]))}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"header": header(), "entries": {"nt_fp16_512_1024_4096": entry}}))
+    code = """
+        import json, torch, cudal2_ops
+        x = torch.randn(512, 4096, device="cuda", dtype=torch.float16)
+        w = torch.randn(1024, 4096, device="cuda", dtype=torch.float16)
+        ref = x.float() @ w.float().t()
+        err = lambda y: ((y.float() - ref).norm() / ref.norm()).item()
+        seen, errs = [cudal2_ops.explain(x, w, layout="nt")], []
+        graph, out = torch.cuda.CUDAGraph(), None
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            out = cudal2_ops.linear(x, w)
+        graph.replay(); torch.cuda.synchronize()
+        errs.append(err(out)); seen.append(cudal2_ops.explain(x, w, layout="nt"))
+        errs.append(err(cudal2_ops.linear(x, w))); seen.append(cudal2_ops.explain(x, w, layout="nt"))
+        graph.replay(); torch.cuda.synchronize()
+        errs.append(err(out))
+        print(json.dumps({"seen": seen, "errs": errs}))
+    """
+    env = {"CUDAL2_TABLE": str(path), "CUDAL2_TUNED_TABLE": str(tmp_path / "none.json")}
+    out = run_python(code, env)
+    assert max(out["errs"]) <= 1e-3, out["errs"]
+    before, captured, eager = out["seen"]
+    slow_config, fast_config = (" ".join(f"{name}={value}" for name, value in zip(tables.LT_CONFIG_FIELDS, configs[i]))
+                                for i in (slow, fast))
+    for info in (before, captured):
+        assert info["cublaslt_near_ties"] == 1 and info["cublaslt_near_tie_pick"] == -1, info
+        assert info["cublaslt_config"] == slow_config, info
+    assert eager["cublaslt_near_tie_pick"] == 1 and eager["cublaslt_config"] == fast_config, eager
+    fixed = run_python(code, {**env, "CUDAL2_NO_CONFIRM": "1"})
+    assert max(fixed["errs"]) <= 1e-3
+    assert all(info["cublaslt_near_ties"] == 0 and info["cublaslt_config"] == slow_config for info in fixed["seen"])
+
+
 def test_the_baseline_instance_does_not_tune_the_dispatcher():
     x = torch.randn(72, 136, device="cuda", dtype=torch.float16)
     w = torch.randn(264, 136, device="cuda", dtype=torch.float16)
