@@ -9,18 +9,15 @@ export CUDAL2_COMMIT=${CUDAL2_COMMIT:-unknown}
 nvidia-smi --query-gpu=name,uuid,serial,pci.bus_id --format=csv > $OUT/gpu_identity_part$PART.csv 2>&1
 if [ "$PART" = 1 ]; then
   scripts/gpu_check.sh $KEEP/build build
-  cp -r $KEEP/build $OUT/build
   CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so timeout 200 python3 -m pytest -q -m gpu tests/gpu/test_tune_gpu.py \
     tests/gpu/test_offgrid_rule_gpu.py --no-header -rfE --durations=10 > $OUT/gpu_tests_tune.txt 2>&1
   tail -5 $OUT/gpu_tests_tune.txt
   TUNE_SHAPES=g1000 TUNE_DTYPES=fp16 STAGE_TIMEOUT=330 scripts/gpu_check.sh $KEEP/t_g1000_fp16 tune-grid
-  cp -r $KEEP/t_g1000_fp16 $OUT/
 else
-  TUNE_SHAPES=g1000 TUNE_DTYPES=bf16 STAGE_TIMEOUT=260 scripts/gpu_check.sh $KEEP/t_g1000_bf16 tune-grid
-  TUNE_SHAPES=llm STAGE_TIMEOUT=260 scripts/gpu_check.sh $KEEP/t_llm tune-grid
+  TUNE_SHAPES=g1000 TUNE_DTYPES=bf16 STAGE_TIMEOUT=285 scripts/gpu_check.sh $KEEP/t_g1000_bf16 tune-grid
+  TUNE_SHAPES=llm STAGE_TIMEOUT=285 scripts/gpu_check.sh $KEEP/t_llm tune-grid
   TUNE_PARTS="$KEEP/t_g1000_fp16/tune_grid.json $KEEP/t_g1000_bf16/tune_grid.json $KEEP/t_llm/tune_grid.json" \
     scripts/gpu_check.sh $KEEP/merged tune-merge
-  cp -r $KEEP/t_g1000_bf16 $KEEP/t_llm $KEEP/merged $OUT/
 fi
-find $OUT -name "*.so" -delete
-cat $OUT/*/summary.txt 2>/dev/null | grep -v "%|" | tail -30
+tar czf $OUT/keep_part$PART.tgz -C $KEEP --exclude="*.so" .
+cat $KEEP/*/summary.txt 2>/dev/null | grep -v "%|" | tail -30

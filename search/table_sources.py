@@ -48,7 +48,8 @@ SOURCES = {
         store=None,
         tunings=("tune_grid_g1000_fp16_2026-11-25.json.gz", "tune_grid_g1000_bf16_2026-11-25.json.gz",
                  "tune_grid_llm_2026-11-25.json.gz", "tune_grid_all_2026-11-25_retuned.json.gz",
-                 "tune_grid_below2e30_2026-11-25_b1c4805.json.gz")),
+                 "tune_grid_below2e30_2026-11-25_b1c4805.json.gz",
+                 *(f"tune_grid_{part}_2026-11-26_730621b.json.gz" for part in ("g1000_fp16", "g1000_bf16", "llm")))),
 }
 
 
