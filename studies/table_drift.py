@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from cudal2_ops.tables import cublaslt_fields, entry_key, near_tie_fields
+from cudal2_ops.tables import LT_CONFIG_FIELDS, cublaslt_fields, entry_key, near_tie_fields
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.stored import read_json
 from cudal2_testing.measure.summary import markdown_table
@@ -48,20 +48,31 @@ def shapes_of(doc: dict) -> dict[tuple, dict[str, dict]]:
     return out
 
 
+def ran_config(row: dict) -> list[int] | None:
+    """The cuBLASLt configuration a row ran (`ran.cublaslt_config`), as fields in LT_CONFIG_FIELDS order: baselines
+    record the list, cudal2 the text `cudal2_ops.explain` gives ("algo_id=66 tile=13 ..."); None where it does not
+    say or ran a kernel."""
+    config = row.get("ran", {}).get("cublaslt_config")
+    if isinstance(config, str):
+        fields = dict(item.split("=") for item in config.split())
+        return [int(fields[name]) for name in LT_CONFIG_FIELDS]
+    return None if config is None else list(config)
+
+
 def same_configuration(ours: dict, bar: dict) -> bool | None:
     """Whether cudal2 ran the bar's cuBLASLt configuration (the rows' `ran`, benchmarks.runner.ran_of); None where
     a row does not say."""
-    mine, theirs = ours.get("ran", {}).get("cublaslt_config"), bar.get("ran", {}).get("cublaslt_config")
-    return None if mine is None or theirs is None else list(mine) == list(theirs)
+    mine, theirs = ran_config(ours), ran_config(bar)
+    return None if mine is None or theirs is None else mine == theirs
 
 
 def bar_in_shortlist(entry: dict, bar: dict) -> bool | None:
     """Whether the bar ran the entry's configuration or one of its near-ties; None where the row does not say or the
     entry lists no near-ties (a table tuned before they were recorded)."""
-    theirs = bar.get("ran", {}).get("cublaslt_config")
+    theirs = ran_config(bar)
     if theirs is None or not entry.get("cublaslt_near"):
         return None
-    return list(theirs) in [cublaslt_fields(entry), *near_tie_fields(entry)]
+    return theirs in [cublaslt_fields(entry), *near_tie_fields(entry)]
 
 
 def drift_rows(entries: dict, runs: list[dict]) -> list[dict]:
@@ -92,8 +103,8 @@ def cause(row: dict) -> str:
     return "entry at its tuned time"
 
 
-def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
-    """Markdown lines and the JSON summary."""
+def report(rows: list[dict], sources: list[str], table: str = "") -> tuple[list[str], dict]:
+    """Markdown lines and the JSON summary (`table`: what the runs loaded, named in both)."""
     by_bucket = {b: [r for r in rows if r["bucket"] == b] for b in BUCKET_LABELS}
     summary = {}
     table = []
@@ -120,6 +131,7 @@ def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
                       f"{sum(listed_losses)} of {len(listed_losses)}" if listed_losses else "-"])
     lines = ["# The table's cuBLASLt entries: drift since tuning, and the shapes below 0.97 of the bar", "",
              f"- Runs: {', '.join(f'`{s}`' for s in sources)}",
+             *([f"- Table: `{table}`"] if table else []),
              f"- Drift: a time over the one the tuner measured for the entry (cudal2: the entry's `cublaslt_us`; the "
              f"bar: the entry's `baseline_us`); drifted = above {DRIFT:.2f}. Loss: cudal2 below {LOSS} of the "
              "same-layout cuBLASLt-autotune timed in the same run.", "",
@@ -132,18 +144,19 @@ def report(rows: list[dict], sources: list[str]) -> tuple[list[str], dict]:
         ["layout", "dtype", "M x N x K", "vs bar", "bar vs repeat", "cudal2 drift", "bar drift"],
         [[r["layout"], r["dtype"], "x".join(map(str, r["shape"])), f"{r['vs_bar']:.3f}", f"{r['bar_vs_repeat']:.3f}",
           f"{r['cudal2_drift']:.3f}", f"{r['bar_drift']:.3f}"] for r in worst]), ""]
-    return lines, {"sources": sources, "loss": LOSS, "drift": DRIFT, "by_bucket": summary}
+    return lines, {"sources": sources, "table": table, "loss": LOSS, "drift": DRIFT, "by_bucket": summary}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.table_drift", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, required=True, help="the table the runs loaded")
+    parser.add_argument("--table-name", help="how the report names it (default: --table)")
     parser.add_argument("--runs", type=Path, nargs="+", required=True, help="kernel-mode results files (JSON or gzip)")
     parser.add_argument("--out", type=Path, required=True, help="markdown report; its JSON beside it")
     args = parser.parse_args(argv)
     entries = json.loads(args.table.read_text())["entries"]
     rows = drift_rows(entries, [read_json(p) for p in args.runs])
-    lines, doc = report(rows, [str(p) for p in args.runs])
+    lines, doc = report(rows, [str(p) for p in args.runs], args.table_name or str(args.table))
     args.out.write_text("\n".join(lines))
     args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
     print("\n".join(lines))

@@ -57,3 +57,13 @@ def test_the_bars_pick_is_looked_up_among_the_entrys_choices():
     assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0, [66, 1, 35, 1, 0, 0, 0, 0, 3])) is False
     assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0)) is None
     assert table_drift.bar_in_shortlist({"cublaslt": fields}, row(1, "b", "nt", 1.0, CONFIG_A)) is None
+
+
+def test_cudal2s_configuration_text_compares_with_the_bars_fields():
+    """cudal2's rows record the configuration as explain's text, the bars' as fields: the same configuration in both
+    forms counts as the same (a comparison of text with a list never matched before the eleventh session's report)."""
+    text = " ".join(f"{name}={value}" for name, value in zip(table_drift.LT_CONFIG_FIELDS, CONFIG_A))
+    ours = {"ran": {"path": "cublaslt", "cublaslt_config": text}}
+    assert table_drift.same_configuration(ours, row(1, "b", "nt", 1.0, CONFIG_A)) is True
+    assert table_drift.same_configuration(ours, row(1, "b", "nt", 1.0, CONFIG_B)) is False
+    assert table_drift.same_configuration({"ran": {"path": "kernel"}}, row(1, "b", "nt", 1.0, CONFIG_A)) is None
