@@ -21,7 +21,7 @@ def environment(header: dict, protocol: dict) -> list[str]:
     return [
         f"- GPU: {header['gpu']} ({header['sm_count']} SMs, L2 {header['l2_bytes'] / 2**20:.0f} MiB), "
         f"driver {smi.get('driver_version', '?')}, SM clock {smi.get('clocks.sm', '?')} "
-        f"(max {smi.get('clocks.max.sm', '?')})",
+        f"(max {smi.get('clocks.max.sm', '?')})" + (f", card {smi['uuid']}" if smi.get("uuid") else ""),
         f"- CUDA {header['cuda']}, torch {header['torch']}, cuBLAS {header['cublas']}, CUTLASS {header['cutlass']}, "
         f"package {header['package']}, commit {header['commit']}",
         f"- date {header['date']}, wall time {header.get('wall_s', 0):.0f} s, command: `{header['command']}`",

@@ -82,7 +82,7 @@ def test_kernel_mode_times_a_problems_implementations_together(monkeypatch):
 
     monkeypatch.setattr(graph_timing, "CapturedCalls", Captured)
     monkeypatch.setattr(timing.torch.cuda, "Stream", lambda: None)
-    monkeypatch.setattr(timing.torch.cuda, "memory_allocated", lambda: allocated[0])
+    monkeypatch.setattr(timing.torch.cuda, "memory_reserved", lambda: allocated[0])
     timed, errors = timing.kernel_mode_interleaved({"X": "x", "Y": "y", "Z": "broken"}, 1, {"X": 8, "Y": 16, "Z": 4},
                                                    rounds=2, reps=5)
     assert log == ["x", "y", "y", "x"] and list(errors) == ["Z"]
@@ -114,7 +114,7 @@ def test_a_graph_out_of_memory_beside_the_others_is_timed_alone(monkeypatch):
 
     monkeypatch.setattr(graph_timing, "CapturedCalls", Captured)
     monkeypatch.setattr(timing.torch.cuda, "Stream", lambda: None)
-    monkeypatch.setattr(timing.torch.cuda, "memory_allocated", lambda: 0)
+    monkeypatch.setattr(timing.torch.cuda, "memory_reserved", lambda: 0)
     monkeypatch.setattr(timing.torch.cuda, "empty_cache", lambda: cleared.append(True))
     timed, errors = timing.kernel_mode_interleaved({"S": "small", "B": "big", "X": "broken"}, 1,
                                                    {"S": 4, "B": 1, "X": 1}, rounds=2, reps=3)

@@ -65,8 +65,9 @@ def kernel_mode_interleaved(calls: dict[Hashable, IndexedCall], n_sets: int, cal
     calls (from its own `kernel_mode` sizing) captured, then all timed in `rounds` rotated rounds of `reps` replays
     (`graph_timing.interleaved_us`), so that they share the GPU's power state and clock drift. A graph whose capture
     ran out of memory beside the others is captured and timed again alone once they are released (`timed_alone` in
-    its summary). Returns ({key: summary with `graph_mib`, the memory its capture and warm-up left allocated}, {key: the
-    error of a graph that could not be captured}); `graph_mib` says which graph holds the memory."""
+    its summary). Returns ({key: summary with `graph_mib`, the memory its capture and warm-up left reserved}, {key: the
+    error of a graph that could not be captured}); `graph_mib` says which graph holds the memory (reserved, not
+    allocated: what a capture allocates and frees stays in the graph's private pool, which memory_allocated omits)."""
     stream = torch.cuda.Stream()
     graphs, held, errors = _capture_all(calls, n_sets, calls_per_replay, stream)
     timed = _timed(graphs, held, rounds, reps)
@@ -87,14 +88,14 @@ def kernel_mode_interleaved(calls: dict[Hashable, IndexedCall], n_sets: int, cal
 
 def _capture_all(calls: dict[Hashable, IndexedCall], n_sets: int, calls_per_replay: dict[Hashable, int],
                  stream: torch.cuda.Stream) -> tuple[dict, dict[Hashable, float], dict[Hashable, Exception]]:
-    """({key: its captured graph}, {key: MiB its capture left allocated}, {key: its capture's error}), the graphs
-    alive together."""
+    """({key: its captured graph}, {key: MiB its capture left reserved}, {key: its capture's error}), the graphs alive
+    together."""
     graphs, held, errors = {}, {}, {}
     for key, call in calls.items():
-        before = torch.cuda.memory_allocated()
+        before = torch.cuda.memory_reserved()
         try:
             graphs[key] = graph_timing.CapturedCalls(call, n_sets, calls_per_replay[key], stream)
-            held[key] = (torch.cuda.memory_allocated() - before) / 2**20
+            held[key] = (torch.cuda.memory_reserved() - before) / 2**20
         except RuntimeError as exc:
             errors[key] = exc
     return graphs, held, errors
