@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -66,13 +67,21 @@ def same_configuration(ours: dict, bar: dict) -> bool | None:
     return None if mine is None or theirs is None else mine == theirs
 
 
-def bar_in_shortlist(entry: dict, bar: dict) -> bool | None:
-    """Whether the bar ran the entry's configuration or one of its near-ties; None where the row does not say or the
-    entry lists no near-ties (a table tuned before they were recorded)."""
+def bar_choice(entry: dict, bar: dict) -> int | None:
+    """Which of the entry's choices the bar ran: 0 its configuration, i its i-th near-tie, -1 none of them; None where
+    the row does not say or the entry lists no near-ties (a table tuned before they were recorded)."""
     theirs = ran_config(bar)
     if theirs is None or not entry.get("cublaslt_near"):
         return None
-    return theirs in [cublaslt_fields(entry), *near_tie_fields(entry)]
+    choices = [cublaslt_fields(entry), *near_tie_fields(entry)]
+    return choices.index(theirs) if theirs in choices else -1
+
+
+def kept_entry(ours: dict) -> bool | None:
+    """Whether cudal2's first call kept the entry's own configuration (explain's `cublaslt_near_tie_pick` 0) rather
+    than a near-tie; None where the row does not say (no near-ties, not yet timed, or a benchmark before the field)."""
+    pick = ours.get("ran", {}).get("cublaslt_near_tie_pick")
+    return None if pick is None or pick < 0 else pick == 0
 
 
 def drift_rows(entries: dict, runs: list[dict]) -> list[dict]:
@@ -90,8 +99,34 @@ def drift_rows(entries: dict, runs: list[dict]) -> list[dict]:
                          "cudal2_drift": us["cudal2"] / entry["cublaslt_us"],
                          "bar_drift": us[bar] / entry["baseline_us"],
                          "same_configuration": same_configuration(found["cudal2"], found[bar]),
-                         "bar_in_shortlist": bar_in_shortlist(entry, found[bar])})
+                         "bar_choice": bar_choice(entry, found[bar]), "kept_entry": kept_entry(found["cudal2"])})
     return rows
+
+
+def confirmation_class(row: dict) -> str | None:
+    """Which of the entry's choices cudal2 kept at its first call and which the bar picked: "the entry" / "a near-tie"
+    for cudal2, and "the entry" / "the same near-tie" / "another near-tie" / "none of them" for the bar; None where
+    the rows or the entry do not say."""
+    kept, bar = row.get("kept_entry"), row.get("bar_choice")
+    if kept is None or bar is None:
+        return None
+    ours = "the entry" if kept else "a near-tie"
+    if bar == 0:
+        return f"{ours} / the entry"
+    if bar < 0:
+        return f"{ours} / none of them"
+    return f"{ours} / {'the same near-tie' if row['same_configuration'] else 'another near-tie'}"
+
+
+def confirmation_summary(rows: list[dict]) -> dict[str, dict]:
+    """{confirmation_class: shapes, geomean of cudal2 vs the bar, losses}, in a fixed order."""
+    groups: dict[str, list[float]] = collections.defaultdict(list)
+    for r in rows:
+        key = confirmation_class(r)
+        if key is not None:
+            groups[key].append(r["vs_bar"])
+    return {key: {"shapes": len(v), "geomean": math.exp(statistics.fmean(math.log(x) for x in v)),
+                  "losses": sum(x < LOSS for x in v)} for key, v in sorted(groups.items())}
 
 
 def cause(row: dict) -> str:
@@ -103,8 +138,8 @@ def cause(row: dict) -> str:
     return "entry at its tuned time"
 
 
-def report(rows: list[dict], sources: list[str], table: str = "") -> tuple[list[str], dict]:
-    """Markdown lines and the JSON summary (`table`: what the runs loaded, named in both)."""
+def report(rows: list[dict], sources: list[str], table_name: str = "") -> tuple[list[str], dict]:
+    """Markdown lines and the JSON summary (`table_name`: the table the runs loaded, named in both)."""
     by_bucket = {b: [r for r in rows if r["bucket"] == b] for b in BUCKET_LABELS}
     summary = {}
     table = []
@@ -115,8 +150,8 @@ def report(rows: list[dict], sources: list[str], table: str = "") -> tuple[list[
         causes = collections.Counter(cause(r) for r in losses)
         noise = sum(not LOSS <= r["bar_vs_repeat"] <= 1 / LOSS for r in rs)
         same = [r["same_configuration"] for r in losses if r["same_configuration"] is not None]
-        listed = [r["bar_in_shortlist"] for r in rs if r["bar_in_shortlist"] is not None]
-        listed_losses = [r["bar_in_shortlist"] for r in losses if r["bar_in_shortlist"] is not None]
+        listed = [r["bar_choice"] >= 0 for r in rs if r["bar_choice"] is not None]
+        listed_losses = [r["bar_choice"] >= 0 for r in losses if r["bar_choice"] is not None]
         summary[b] = {"shapes": len(rs), "cudal2_drift_median": statistics.median(r["cudal2_drift"] for r in rs),
                       "bar_drift_median": statistics.median(r["bar_drift"] for r in rs), "losses": len(losses),
                       "loss_causes": dict(causes), "bar_vs_repeat_outside_3pct": noise,
@@ -131,7 +166,7 @@ def report(rows: list[dict], sources: list[str], table: str = "") -> tuple[list[
                       f"{sum(listed_losses)} of {len(listed_losses)}" if listed_losses else "-"])
     lines = ["# The table's cuBLASLt entries: drift since tuning, and the shapes below 0.97 of the bar", "",
              f"- Runs: {', '.join(f'`{s}`' for s in sources)}",
-             *([f"- Table: `{table}`"] if table else []),
+             *([f"- Table: `{table_name}`"] if table_name else []),
              f"- Drift: a time over the one the tuner measured for the entry (cudal2: the entry's `cublaslt_us`; the "
              f"bar: the entry's `baseline_us`); drifted = above {DRIFT:.2f}. Loss: cudal2 below {LOSS} of the "
              "same-layout cuBLASLt-autotune timed in the same run.", "",
@@ -144,7 +179,15 @@ def report(rows: list[dict], sources: list[str], table: str = "") -> tuple[list[
         ["layout", "dtype", "M x N x K", "vs bar", "bar vs repeat", "cudal2 drift", "bar drift"],
         [[r["layout"], r["dtype"], "x".join(map(str, r["shape"])), f"{r['vs_bar']:.3f}", f"{r['bar_vs_repeat']:.3f}",
           f"{r['cudal2_drift']:.3f}", f"{r['bar_drift']:.3f}"] for r in worst]), ""]
-    return lines, {"sources": sources, "table": table, "loss": LOSS, "drift": DRIFT, "by_bucket": summary}
+    confirmation = confirmation_summary(rows)
+    if confirmation:
+        lines += ["The entry's near-ties timed at the first call: what cudal2 kept against what the bar picked (shapes "
+                  "whose entry lists near-ties and whose rows say what ran):", "", *markdown_table(
+                      ["cudal2 kept", "the bar picked", "shapes", "cudal2 vs bar (geomean)", "losses"],
+                      [[*key.split(" / "), c["shapes"], f"{c['geomean']:.4f}", c["losses"]]
+                       for key, c in confirmation.items()]), ""]
+    return lines, {"sources": sources, "table": table_name, "loss": LOSS, "drift": DRIFT, "by_bucket": summary,
+                   "confirmation": confirmation}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,17 +46,41 @@ def test_losses_are_told_apart_by_what_drifted(tmp_path):
 
 
 def test_the_bars_pick_is_looked_up_among_the_entrys_choices():
-    """The bar's configuration counts as the entry's own choice when it is the entry's configuration or one of its
-    near-ties; an entry without near-ties (tuned before they were recorded) or a row without `ran` does not say."""
-    fields = dict(zip(("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
-                       "cluster_shape"), CONFIG_A))
+    """The bar's configuration is found among the entry's choices (0 its configuration, i its i-th near-tie, -1 none);
+    an entry without near-ties (tuned before they were recorded) or a row without `ran` does not say."""
+    fields = dict(zip(table_drift.LT_CONFIG_FIELDS, CONFIG_A))
     near = dict(fields, tile=CONFIG_B[1], custom=0)
     listed = {"cublaslt": fields, "cublaslt_near": [{"cublaslt": near}]}
-    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0, CONFIG_B)) is True
-    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0, CONFIG_A)) is True
-    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0, [66, 1, 35, 1, 0, 0, 0, 0, 3])) is False
-    assert table_drift.bar_in_shortlist(listed, row(1, "b", "nt", 1.0)) is None
-    assert table_drift.bar_in_shortlist({"cublaslt": fields}, row(1, "b", "nt", 1.0, CONFIG_A)) is None
+    assert table_drift.bar_choice(listed, row(1, "b", "nt", 1.0, CONFIG_B)) == 1
+    assert table_drift.bar_choice(listed, row(1, "b", "nt", 1.0, CONFIG_A)) == 0
+    assert table_drift.bar_choice(listed, row(1, "b", "nt", 1.0, [66, 1, 35, 1, 0, 0, 0, 0, 3])) == -1
+    assert table_drift.bar_choice(listed, row(1, "b", "nt", 1.0)) is None
+    assert table_drift.bar_choice({"cublaslt": fields}, row(1, "b", "nt", 1.0, CONFIG_A)) is None
+
+
+def test_the_confirmation_is_summarised_by_what_each_side_kept(tmp_path):
+    """Each shape with near-ties falls in one class of (what cudal2's first call kept, what the bar picked), with the
+    class's geomean and losses; shapes whose rows do not say are left out; the report names its table."""
+    fields = dict(zip(table_drift.LT_CONFIG_FIELDS, CONFIG_A))
+    text = lambda config: " ".join(f"{k}={v}" for k, v in zip(table_drift.LT_CONFIG_FIELDS, config))
+    entries = {f"nt_fp16_{m}_4096_4096": {"cublaslt": fields, "cublaslt_us": 10.0, "baseline_us": 10.0,
+                                          "cublaslt_near": [{"cublaslt": dict(zip(table_drift.LT_CONFIG_FIELDS,
+                                                                                 CONFIG_B))}]} for m in (1, 2, 3)}
+    bar = "cublaslt-autotune-tn"
+
+    def cudal2(m, us, config, pick):
+        return row(m, "cudal2", "nt", us) | {"ran": {"path": "cublaslt", "cublaslt_config": text(config),
+                                                        "cublaslt_near_tie_pick": pick}}
+    rows = [cudal2(1, 10.5, CONFIG_B, 1), row(1, bar, "nt", 10.0, CONFIG_A),     # switched, the bar kept the entry
+            cudal2(2, 10.0, CONFIG_A, 0), row(2, bar, "nt", 10.0, CONFIG_A),     # both kept the entry
+            cudal2(3, 10.0, CONFIG_A, -1), row(3, bar, "nt", 10.0, CONFIG_A)]    # not yet timed: not counted
+    run = tmp_path / "run.json.gz"
+    run.write_bytes(gzip.compress(json.dumps({"rows": rows}).encode()))
+    got = table_drift.drift_rows(entries, [table_drift.read_json(run)])
+    lines, doc = table_drift.report(got, [str(run)], "t.json")
+    assert doc["confirmation"] == {"a near-tie / the entry": {"shapes": 1, "geomean": 10.0 / 10.5, "losses": 1},
+                                   "the entry / the entry": {"shapes": 1, "geomean": 1.0, "losses": 0}}
+    assert "- Table: `t.json`" in lines and doc["table"] == "t.json"
 
 
 def test_cudal2s_configuration_text_compares_with_the_bars_fields():
