@@ -42,7 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dtypes", type=_csv(tuple(runner.DTYPES)), default=["fp16"])
     p.add_argument("--modes", type=_csv(runner.MODES), default=["kernel", "offline"])
     p.add_argument("--l2", choices=("warm", "cold"), default="warm")
-    p.add_argument("--impls", type=_csv(impls.ALL), default=list(impls.ALL))
+    p.add_argument("--impls", type=_csv(impls.ALL), default=list(impls.DEFAULT))
     p.add_argument("--qps", type=float, default=100.0, help="server mode: mean request rate of the idle gaps")
     p.add_argument("--server-iters", type=int, default=20)
     p.add_argument("--offline-budget-ms", type=float, default=30.0, help="offline host time per impl and shape")

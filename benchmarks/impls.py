@@ -10,8 +10,12 @@ import torch
 import torch.nn.functional as F
 
 OURS = "cudal2"
+# cudal2 with each exact table hit's cuBLASLt configuration as shipped (what CUDAL2_NO_CONFIRM=1 runs), beside cudal2 in
+# one process, so a run tells what timing an entry's near-ties at the first call gains; kernel mode only (its calls
+# look the choice up in Python), and not run unless named.
+SHIPPED = "cudal2-shipped"
 # Implementations that follow the problem layout (run once per --layouts entry).
-LAYOUT_FOLLOWING = ("cudal2", "torch")
+LAYOUT_FOLLOWING = ("cudal2", "torch", SHIPPED)
 # Baselines with a fixed B layout: the paper's NN ([K, N]) and TN ([N, K]) variants.
 FIXED_LAYOUT = {
     "cublas-nn": "nn", "cublas-tn": "nt",
@@ -21,6 +25,7 @@ FIXED_LAYOUT = {
     "cublaslt-autotune-nn-repeat": "nn", "cublaslt-autotune-tn-repeat": "nt",
 }
 ALL = LAYOUT_FOLLOWING + tuple(FIXED_LAYOUT)
+DEFAULT = tuple(name for name in ALL if name != SHIPPED)
 
 Call = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # What an implementation ran on a problem, after its first call: {"path", "kernel" or "cublaslt_config"} (None: not
@@ -64,6 +69,49 @@ def _cudal2_describe(layout: str) -> Describe:
     return describe
 
 
+def shipped_config(explained: dict, entries: dict, key: str) -> list[int] | None:
+    """The cuBLASLt configuration fields the table ships for an exact hit that runs one (`explained`: explain's answer
+    for the problem, `entries` the installed table's, `key` the problem's entry key), else None (a kernel, a rule's
+    choice, a miss: cudal2 runs those the same either way)."""
+    from cudal2_ops import tables
+
+    if explained.get("path") != "cublaslt" or explained.get("cublaslt_policy") != "table" or "tuned_m" in explained:
+        return None
+    return tables.cublaslt_fields(entries[key])
+
+
+def _shipped_impl(layout: str) -> tuple[Call, Describe]:
+    """SHIPPED's call and description in `layout`: per problem (looked up once), the shipped configuration through
+    the dispatcher's cuBLASLt instance, else cudal2's own call."""
+    import cudal2_ops
+    from cudal2_ops import _C, tables
+
+    ours, describe_ours = _cudal2_calls()[layout], _cudal2_describe(layout)
+    chosen: dict[tuple, list[int] | None] = {}
+
+    def config_of(a: torch.Tensor, b: torch.Tensor) -> list[int] | None:
+        problem = (a.shape, b.shape, a.dtype, a.device)
+        if problem not in chosen:
+            explained = cudal2_ops.explain(a, b, layout=layout)
+            table = tables.INSTALLED.get(a.device.index)
+            n = b.shape[0] if layout == "nt" else b.shape[1]
+            key = tables.entry_key(layout, "bf16" if a.dtype == torch.bfloat16 else "fp16", a.shape[0], n, a.shape[1])
+            chosen[problem] = shipped_config(explained, table.entries if table else {}, key)
+        return chosen[problem]
+
+    def call(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        config = config_of(a, b)
+        if config is None:
+            return ours(a, b, out)
+        _C.tuning.run_lt_config(a, b, None, out, layout, config)
+        return out
+
+    def describe(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> dict:
+        config = config_of(a, b)
+        return describe_ours(a, b, out) if config is None else {"path": "cublaslt", "cublaslt_config": config}
+    return call, describe
+
+
 def _torch_calls() -> dict[str, Call]:
     return {"nn": lambda a, b, out: torch.matmul(a, b, out=out),
             "nt": lambda a, b, out: F.linear(a, b)}
@@ -97,7 +145,9 @@ def build(names: list[str], layouts: list[str]) -> tuple[list[Impl], dict[str, s
     unavailable: dict[str, str] = {}
     for name in names:
         try:
-            if name in LAYOUT_FOLLOWING:
+            if name == SHIPPED:
+                impls += [Impl(name, layout, *_shipped_impl(layout)) for layout in layouts]
+            elif name in LAYOUT_FOLLOWING:
                 calls = _cudal2_calls() if name == OURS else _torch_calls()
                 impls += [Impl(name, layout, calls[layout], _cudal2_describe(layout) if name == OURS else _unknown)
                           for layout in layouts]

@@ -17,7 +17,10 @@ VARIANTS = {"cublas": ("cublas-nn", "cublas-tn"),
 # Each same-layout autotune baseline and its independent repeat (benchmarks.impls), whose ratio is the noise floor.
 REPEATS = {"nn": ("cublaslt-autotune-nn", "cublaslt-autotune-nn-repeat"),
            "nt": ("cublaslt-autotune-tn", "cublaslt-autotune-tn-repeat")}
-BASELINES = ("torch",) + tuple(n for fam, pair in VARIANTS.items() for n in (*pair, f"{fam}-max")) + tuple(
+# Baselines compared in the layout of ours: torch, and cudal2 with its table's cuBLASLt choices as shipped
+# (benchmarks.impls.SHIPPED).
+SAME_LAYOUT = ("torch", "cudal2-shipped")
+BASELINES = SAME_LAYOUT + tuple(n for fam, pair in VARIANTS.items() for n in (*pair, f"{fam}-max")) + tuple(
     repeat for _, repeat in REPEATS.values())
 # A shape "below" the bar in the noise-floor count (the tuned-by-default targets' threshold).
 BELOW = 0.97
@@ -92,15 +95,15 @@ class Comparison:
 
 def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",
             stat: str = "median") -> Comparison:
-    """The Comparison of `ours` (rows in `layout`) with every baseline (torch in `layout`, the fixed-layout ones as
-    measured, plus the -max of each NN/TN pair) in one mode and dtype, using per-row `<stat>_us` times."""
+    """The Comparison of `ours` (rows in `layout`) with every baseline (the SAME_LAYOUT ones in `layout`, the
+    fixed-layout ones as measured, plus the -max of each NN/TN pair) in one mode and dtype, using per-row `<stat>_us` times."""
     comp = Comparison(mode, layout, dtype)
     for r in rows:
         if r["mode"] != mode or r["dtype"] != dtype:
             continue
         if r["impl"] == ours and r["layout"] == layout:
             name = ours
-        elif r["impl"] == "torch" and r["layout"] == layout or r["impl"] in BASELINES and r["impl"] != "torch":
+        elif r["impl"] in SAME_LAYOUT and r["layout"] == layout or r["impl"] in BASELINES and r["impl"] not in SAME_LAYOUT:
             name = r["impl"]
         else:
             continue

@@ -11,7 +11,8 @@ from cudal2_testing.measure import timing
 def test_parse_args_defaults_and_lists():
     args = grid.parse_args([])
     assert args.shapes == "g1000" and args.layouts == ["nt", "nn"] and args.dtypes == ["fp16"]
-    assert args.modes == ["kernel", "offline"] and args.l2 == "warm" and args.impls == list(impls.ALL)
+    assert args.modes == ["kernel", "offline"] and args.l2 == "warm" and args.impls == list(impls.DEFAULT)
+    assert impls.SHIPPED in impls.ALL and impls.SHIPPED not in args.impls   # a diagnostic: run only when named
     args = grid.parse_args(["--shapes", "llm", "--sample", "50", "--modes", "server", "--impls", "torch,cublas-nn"])
     assert args.sample == 50 and args.modes == ["server"] and args.impls == ["torch", "cublas-nn"]
     assert grid.run_name(args) == "llm-sample50_nt-nn_fp16_server_warm"
@@ -134,3 +135,16 @@ def test_a_kernel_row_says_what_the_implementation_ran():
         raise RuntimeError("no dispatcher")
     assert runner.ran_of(impls.Impl("cudal2", "nt", lambda a, b, out: out, broken), inp) == {
         "ran": {"error": "RuntimeError: no dispatcher"}}
+
+
+def test_the_shipped_choice_is_an_exact_table_hits_cublaslt_configuration():
+    """cudal2-shipped runs a problem's table configuration as shipped only where cudal2 runs the table's cuBLASLt
+    choice for an exact hit; a kernel, a nearest-M rule's choice or a miss are cudal2's own call (None)."""
+    from cudal2_ops import tables
+    fields = dict(zip(tables.LT_CONFIG_FIELDS, range(1, 10)))
+    entries = {"nt_fp16_8_64_64": {"cublaslt": fields, "cublaslt_near": [{"cublaslt": dict(fields, tile=7)}]}}
+    hit = {"path": "cublaslt", "cublaslt_policy": "table"}
+    assert impls.shipped_config(hit, entries, "nt_fp16_8_64_64") == list(range(1, 10))
+    assert impls.shipped_config(dict(hit, tuned_m=16), entries, "nt_fp16_8_64_64") is None
+    assert impls.shipped_config({"path": "kernel"}, entries, "nt_fp16_8_64_64") is None
+    assert impls.shipped_config({"path": "cublaslt", "cublaslt_policy": "heuristic"}, entries, "x") is None

@@ -89,11 +89,9 @@ def test_a_table_configuration_runs_and_a_bad_one_falls_back_with_one_warning(tm
     assert len(miss["warnings"]) == 1 and "nt_fp16_100_384_512" in miss["warnings"][0]
 
 
-def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_path):
-    """An entry whose configuration is the problem's slowest candidate, with its fastest as a near-tie: explain shows
-    the entry's configuration until a call outside capture times both and keeps the fastest (pick 1); a first call
-    under CUDA-graph capture runs the entry's own and confirms nothing; results stay correct throughout; with
-    CUDAL2_NO_CONFIRM=1 the entry's configuration runs after eager calls too."""
+def slow_entry_with_a_fast_near_tie(tmp_path) -> tuple:
+    """A table file whose entry for nt fp16 512x1024x4096 is the problem's slowest cuBLASLt candidate, with its fastest
+    as the one near-tie (skips where they are within 30%). Returns (path, slow, fast), the two as explain writes them."""
     run = tune.ProblemRun.make(tune.Problem("nt", "fp16", 512, 1024, 4096))
     configs = _C.tuning.lt_candidates(run.a, run.b, run.out, "nt")
     timed = sorted((tune.graph_time_us(lambda c=c: run.run_config(c)), i) for i, c in enumerate(configs))
@@ -104,6 +102,16 @@ def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_pa
              "cublaslt_near": [{"cublaslt": dict(zip(tables.LT_CONFIG_FIELDS, configs[fast]))}]}
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"header": header(), "entries": {"nt_fp16_512_1024_4096": entry}}))
+    return (path, *(" ".join(f"{name}={value}" for name, value in zip(tables.LT_CONFIG_FIELDS, configs[i]))
+                    for i in (slow, fast)))
+
+
+def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_path):
+    """An entry whose configuration is the problem's slowest candidate, with its fastest as a near-tie: explain shows
+    the entry's configuration until a call outside capture times both and keeps the fastest (pick 1); a first call
+    under CUDA-graph capture runs the entry's own and confirms nothing; results stay correct throughout; with
+    CUDAL2_NO_CONFIRM=1 the entry's configuration runs after eager calls too."""
+    path, slow_config, fast_config = slow_entry_with_a_fast_near_tie(tmp_path)
     code = """
         import json, torch, cudal2_ops
         x = torch.randn(512, 4096, device="cuda", dtype=torch.float16)
@@ -126,8 +134,6 @@ def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_pa
     out = run_python(code, env)
     assert max(out["errs"]) <= 1e-3, out["errs"]
     before, captured, eager = out["seen"]
-    slow_config, fast_config = (" ".join(f"{name}={value}" for name, value in zip(tables.LT_CONFIG_FIELDS, configs[i]))
-                                for i in (slow, fast))
     for info in (before, captured):
         assert info["cublaslt_near_ties"] == 1 and info["cublaslt_near_tie_pick"] == -1, info
         assert info["cublaslt_config"] == slow_config, info
@@ -135,6 +141,35 @@ def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_pa
     fixed = run_python(code, {**env, "CUDAL2_NO_CONFIRM": "1"})
     assert max(fixed["errs"]) <= 1e-3
     assert all(info["cublaslt_near_ties"] == 0 and info["cublaslt_config"] == slow_config for info in fixed["seen"])
+
+
+def test_the_benchmarks_shipped_choice_runs_the_entry_beside_a_confirmed_cudal2(tmp_path):
+    """benchmarks.impls' cudal2-shipped runs the table entry's configuration as shipped, correctly, while cudal2 in the
+    same process has confirmed its faster near-tie; on a problem the table does not list it is cudal2's call."""
+    path, slow_config, fast_config = slow_entry_with_a_fast_near_tie(tmp_path)
+    out = run_python("""
+        import json, torch, cudal2_ops
+        from benchmarks import impls
+        (ours,), _ = impls.build(["cudal2"], ["nt"])
+        (shipped,), _ = impls.build(["cudal2-shipped"], ["nt"])
+        res = {}
+        for m in (512, 500):
+            x = torch.randn(m, 4096, device="cuda", dtype=torch.float16)
+            w = torch.randn(1024, 4096, device="cuda", dtype=torch.float16)
+            out = torch.empty(m, 1024, device="cuda", dtype=torch.float16)
+            ref = x.float() @ w.float().t()
+            y_ours = ours.call(x, w, out).clone()
+            y_shipped = shipped.call(x, w, out).clone()
+            res[m] = {"err": max(((y.float() - ref).norm() / ref.norm()).item() for y in (y_ours, y_shipped)),
+                      "ours": ours.describe(x, w, out), "shipped": shipped.describe(x, w, out)}
+        print(json.dumps(res))
+    """, {"CUDAL2_TABLE": str(path), "CUDAL2_TUNED_TABLE": str(tmp_path / "none.json")})
+    listed, unlisted = out["512"], out["500"]
+    assert listed["err"] <= 1e-3 and unlisted["err"] <= 1e-3
+    assert listed["ours"]["cublaslt_config"] == fast_config and listed["ours"]["cublaslt_near_tie_pick"] == 1
+    fields = dict(item.split("=") for item in slow_config.split())
+    assert listed["shipped"] == {"path": "cublaslt", "cublaslt_config": [int(fields[n]) for n in tables.LT_CONFIG_FIELDS]}
+    assert unlisted["shipped"] == unlisted["ours"]
 
 
 def test_the_baseline_instance_does_not_tune_the_dispatcher():
