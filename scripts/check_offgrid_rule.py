@@ -79,7 +79,7 @@ def tuned_configs(table: tables.Table) -> dict[tuple, dict[int, list[int]]]:
     """{(layout, dtype, N, K): {M: cuBLASLt configuration}} of the configurations the dispatcher installs
     (`tables.table_rows`: a configuration slower than the heuristic's choice is not)."""
     families: dict[tuple, dict[int, list[int]]] = {}
-    for layout, dtype, m, n, k, *_, config in tables.table_rows(table):
+    for layout, dtype, m, n, k, *_, config, _near_ties in tables.table_rows(table):
         if config:
             families.setdefault((layout, dtype, n, k), {})[m] = config
     return families
