@@ -283,9 +283,11 @@ bool CublasLtGemm::run(const GemmArgs& g, LtPolicy policy, const Workspace& ws, 
   const cublasLtHandle_t h = handle(g.device);
   if (table != nullptr && table_algo_ready(g, *p, table->config)) {
     if (table->rival_count == 0) {
-      p->table_algo = p->table_entry_algo;  // near-ties not wanted (none, or confirmation turned off)
-      p->table_pick = 0;
-      p->table_confirmed = false;
+      if (p->table_confirmed) {  // near-ties timed earlier, now not wanted (confirmation turned off): the entry's own
+        p->table_algo = p->table_entry_algo;
+        p->table_pick = 0;
+        p->table_confirmed = false;
+      }
     } else if (!p->table_confirmed && !stream_capturing(g.stream)) {
       confirm_table_choice(g, *p, *table, ws);  // under capture the entry's own runs until an eager call confirms
     }
