@@ -62,7 +62,7 @@ bool stream_capturing(cudaStream_t stream) {
 }
 
 int fastest_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const std::vector<cublasLtMatmulAlgo_t>& algos,
-                 const Workspace& ws, float* best_us) {
+                 const Workspace& ws, float* best_us, float keep_first_within) {
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return -1;
   const auto t0 = std::chrono::steady_clock::now();
@@ -92,14 +92,20 @@ int fastest_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const
         if (us > 0.f) rounds[f].push_back(us);
       }
     }
+    float first_us = -1.f;
     for (size_t f = 0; f < finalists.size(); ++f) {
       if (rounds[f].empty()) continue;
       std::nth_element(rounds[f].begin(), rounds[f].begin() + rounds[f].size() / 2, rounds[f].end());
       const float us = rounds[f][rounds[f].size() / 2];
+      if (finalists[f] == 0) first_us = us;
       if (best < 0 || us < *best_us) {
         best = finalists[f];
         *best_us = us;
       }
+    }
+    if (best != 0 && first_us > 0.f && *best_us >= first_us * (1.f - keep_first_within)) {
+      best = 0;
+      *best_us = first_us;
     }
   }
   cudaGetLastError();  // a failing candidate must not leave a sticky launch error behind

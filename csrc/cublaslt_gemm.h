@@ -25,7 +25,8 @@ enum class LtPolicy {
 
 // A table's cuBLASLt choice for one problem: the configuration it measured fastest, and the configurations it measured
 // within a few percent of it (its near-ties, fastest first). Which of them is fastest differs between cards of one
-// model, so a problem's first eager call times them on this GPU and keeps the fastest (`rival_count` 0: no timing).
+// model, so a problem's first eager call times them on this GPU and keeps one that beats the table's clearly
+// (kKeepEntryWithin in cublaslt_gemm.cpp; `rival_count` 0: no timing).
 struct LtTableChoice {
   static constexpr int kMaxRivals = 4;
   LtConfig config;
@@ -129,8 +130,8 @@ class CublasLtGemm {
   void tune(const GemmArgs& g, LtPlan& plan, const Workspace& ws);
   // Whether the table's configuration runs this plan's problem (checks it on first use; the plan's mutex is held).
   bool table_algo_ready(const GemmArgs& g, LtPlan& plan, const LtConfig& config);
-  // Times the table's configuration against its runnable near-ties on g's buffers and keeps the fastest as
-  // plan.table_algo (the plan's mutex is held; not while capturing). Without near-ties, the entry's own runs.
+  // Times the table's configuration against its runnable near-ties on g's buffers and keeps the fastest (the table's
+  // own unless beaten by more than kKeepEntryWithin) as plan.table_algo (the plan's mutex is held; not while capturing). Without near-ties, the entry's own runs.
   void confirm_table_choice(const GemmArgs& g, LtPlan& plan, const LtTableChoice& table, const Workspace& ws);
   bool check_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo);
 
@@ -146,10 +147,11 @@ cublasStatus_t lt_matmul(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& pla
                          const Workspace& ws);
 
 // Times `algos` for `plan`'s problem on g's buffers (synchronises; never while capturing) and returns the index of
-// the fastest, or -1 when none runs; algos[0] (the heuristic's or the table's choice) is always a finalist.
+// the fastest, or -1 when none runs; algos[0] (the heuristic's or the table's choice) is always a finalist, and it is
+// kept unless another finalist's median is more than `keep_first_within` (a fraction) below its own.
 // Implemented in cublaslt_autotune.cpp.
 int fastest_algo(cublasLtHandle_t handle, const GemmArgs& g, LtPlan& plan, const std::vector<cublasLtMatmulAlgo_t>& algos,
-                 const Workspace& ws, float* best_us);
+                 const Workspace& ws, float* best_us, float keep_first_within = 0.f);
 
 // Whether work enqueued on `stream` now would be captured into a graph (nothing may be timed then).
 bool stream_capturing(cudaStream_t stream);

@@ -15,7 +15,8 @@
 # e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
 # (kernels and host ops per step, unpatched vs patched, compiled), candidates (kernel configs named in $CANDIDATES,
 # comma-separated, not yet built: generated, built into build/candidates.so, GPU-tested, sanitized, then swept with cold
-# weights beside every built kernel on LLM problems with $CANDIDATES_MIN_M <= M <= $CANDIDATES_MAX_M, and judged by
+# weights beside every built kernel on LLM problems with $CANDIDATES_MIN_M <= M <= $CANDIDATES_MAX_M (or on the
+# problems $CANDIDATES_SWEEP_ARGS names, e.g. "--sample 200 --llm-max-m 0" for a warm G1000 sample), and judged by
 # studies.candidate_report), reference (sm90 vs cuBLASLt-autotune at 4096^3 / 8192^3), reference-nopdl (the same without PDL), table (the
 # table from OUT_DIR/sweep.json, merged with OUT_DIR/sweep_cold.json when present, then a rebuild that compiles any
 # kernel it names). sweep-cold re-sweeps M <= 64 with cold weights (the decode regime). The sweep runs with PDL off
@@ -133,7 +134,7 @@ run_stage() {
                 stage candidates_sanitize "$PY" scripts/sanitize_kernels.py --lib $lib --racecheck-families tiny \
                   --out "$OUT_DIR/candidates_sanitize.json"
                 CUDAL2_KERNEL_LIBS=$lib CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage candidates_sweep "$PY" -m search.sweep \
-                  --cold-weights --sample 0 --max-log2-mnk 0 --min-m "${CANDIDATES_MIN_M:-1}" --max-m "${CANDIDATES_MAX_M:-64}" \
+                  ${CANDIDATES_SWEEP_ARGS:---cold-weights --sample 0 --max-log2-mnk 0 --min-m ${CANDIDATES_MIN_M:-1} --max-m ${CANDIDATES_MAX_M:-64}} \
                   --out "$OUT_DIR/sweep_candidates.json" --budget-s "${SWEEP_BUDGET_S:-600}" &&
                 stage candidates_report "$PY" -m studies.candidate_report "$OUT_DIR/sweep_candidates.json" \
                   --candidates "$names" --out "$OUT_DIR/candidates_report.md" ;;
