@@ -264,10 +264,13 @@ def test_rejects_misaligned_weight(kernels):
             assert not kernel.can_implement(kernel.problem(a, b, out)), f"{kernel.name} ldb={b.stride(0)}"
 
 
-@pytest.mark.parametrize("splits", [0, 1, 3])
+@pytest.mark.parametrize("splits", [1, 3])
 def test_weight_streams_agree_bitwise(kernels, splits):
-    """Kernels of one tile differing only in their weight stream compute the same sums in the same order: equal
-    bit for bit on random inputs with bias (odd N and K residues)."""
+    """Kernels of one tile differing only in their weight stream compute the same sums in the same order at a given
+    split count: equal bit for bit on random inputs with bias (odd N and K residues). Not at splits=0: the automatic
+    count fills one resident wave, and the streams' shared memory (hence CTAs per SM) differs (on an H100 the 8x128x64
+    TMA and evict-first kernels chose different counts), so their sums differ in order, each within the harness's
+    tolerance."""
     groups: dict[str, list[Kernel]] = {}
     for kernel in kernels.values():
         stream = weight_stream(kernel)
