@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 OURS = "cudal2"
-# cudal2 with each exact table hit's cuBLASLt configuration as shipped (what CUDAL2_NO_CONFIRM=1 runs), beside cudal2 in
-# one process, so a run tells what timing an entry's near-ties at the first call gains; kernel mode only (its calls
-# look the choice up in Python), and not run unless named.
+# cudal2 with each exact table hit's cuBLASLt configuration as shipped (what cudal2 runs unless
+# CUDAL2_CONFIRM_NEAR_TIES=1), beside cudal2 in one process, so a run with confirmation on tells what timing an entry's
+# near-ties at the first call gains; kernel mode only (its calls look the choice up in Python), and not run unless
+# named.
 SHIPPED = "cudal2-shipped"
 # Implementations that follow the problem layout (run once per --layouts entry).
 LAYOUT_FOLLOWING = ("cudal2", "torch", SHIPPED)

@@ -238,7 +238,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_config", [](bool kernels_enabled, bool tuning, bool print_configs, bool confirm_near_ties) {
     Dispatcher::instance().set_config(DispatchConfig{kernels_enabled, tuning, print_configs, confirm_near_ties});
   }, pybind11::arg("kernels_enabled"), pybind11::arg("tuning"), pybind11::arg("print_configs"),
-        pybind11::arg("confirm_near_ties") = true);
+        pybind11::arg("confirm_near_ties") = false);
   m.def("get_config", [] {
     const DispatchConfig c = Dispatcher::instance().config();
     return std::make_tuple(c.kernels_enabled, c.tuning, c.print_configs, c.confirm_near_ties);

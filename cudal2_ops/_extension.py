@@ -56,10 +56,11 @@ def load_kernel_libraries() -> list[str]:
 
 
 def apply_env_config() -> None:
-    """Reads CUDAL2_DISABLE_KERNELS, CUDAL2_TUNE, CUDAL2_PRINT_CONFIGS and CUDAL2_NO_CONFIRM into the dispatcher."""
+    """Reads CUDAL2_DISABLE_KERNELS, CUDAL2_TUNE, CUDAL2_PRINT_CONFIGS and CUDAL2_CONFIRM_NEAR_TIES into the
+    dispatcher."""
     if _C is not None:
         _C.set_config(not env_flag("CUDAL2_DISABLE_KERNELS"), env_flag("CUDAL2_TUNE"), env_flag("CUDAL2_PRINT_CONFIGS"),
-                      not env_flag("CUDAL2_NO_CONFIRM"))
+                      env_flag("CUDAL2_CONFIRM_NEAR_TIES"))
 
 
 LOADED_LIBRARIES = load_kernel_libraries()

@@ -55,7 +55,7 @@ def cublas_version() -> str | None:
 
 # The cudal2 environment variables that change what a benchmark measures (README "Environment variables").
 BEHAVIOUR_VARIABLES = ("CUDAL2_DISABLE_KERNELS", "CUDAL2_DISABLE_PDL", "CUDAL2_DISABLE_INDUCTOR_LOWERING", "CUDAL2_TABLE",
-                       "CUDAL2_TUNE", "CUDAL2_TUNE_FILE", "CUDAL2_KERNEL_LIBS", "CUDAL2_NO_CONFIRM")
+                       "CUDAL2_TUNE", "CUDAL2_TUNE_FILE", "CUDAL2_KERNEL_LIBS", "CUDAL2_CONFIRM_NEAR_TIES")
 
 
 def cudal2_environment() -> dict[str, str]:

@@ -110,7 +110,7 @@ def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_pa
     """An entry whose configuration is the problem's slowest candidate, with its fastest as a near-tie: explain shows
     the entry's configuration until a call outside capture times both and keeps the fastest (pick 1); a first call
     under CUDA-graph capture runs the entry's own and confirms nothing; results stay correct throughout; with
-    CUDAL2_NO_CONFIRM=1 the entry's configuration runs after eager calls too."""
+    confirmation off (the default, no CUDAL2_CONFIRM_NEAR_TIES) the entry's configuration runs after eager calls too."""
     path, slow_config, fast_config = slow_entry_with_a_fast_near_tie(tmp_path)
     code = """
         import json, torch, cudal2_ops
@@ -131,14 +131,14 @@ def test_near_ties_are_timed_at_the_first_eager_call_and_the_fastest_kept(tmp_pa
         print(json.dumps({"seen": seen, "errs": errs}))
     """
     env = {"CUDAL2_TABLE": str(path), "CUDAL2_TUNED_TABLE": str(tmp_path / "none.json")}
-    out = run_python(code, env)
+    out = run_python(code, {**env, "CUDAL2_CONFIRM_NEAR_TIES": "1"})
     assert max(out["errs"]) <= 1e-3, out["errs"]
     before, captured, eager = out["seen"]
     for info in (before, captured):
         assert info["cublaslt_near_ties"] == 1 and info["cublaslt_near_tie_pick"] == -1, info
         assert info["cublaslt_config"] == slow_config, info
     assert eager["cublaslt_near_tie_pick"] == 1 and eager["cublaslt_config"] == fast_config, eager
-    fixed = run_python(code, {**env, "CUDAL2_NO_CONFIRM": "1"})
+    fixed = run_python(code, env)
     assert max(fixed["errs"]) <= 1e-3
     assert all(info["cublaslt_near_ties"] == 0 and info["cublaslt_config"] == slow_config for info in fixed["seen"])
 
@@ -163,7 +163,7 @@ def test_the_benchmarks_shipped_choice_runs_the_entry_beside_a_confirmed_cudal2(
             res[m] = {"err": max(((y.float() - ref).norm() / ref.norm()).item() for y in (y_ours, y_shipped)),
                       "ours": ours.describe(x, w, out), "shipped": shipped.describe(x, w, out)}
         print(json.dumps(res))
-    """, {"CUDAL2_TABLE": str(path), "CUDAL2_TUNED_TABLE": str(tmp_path / "none.json")})
+    """, {"CUDAL2_TABLE": str(path), "CUDAL2_TUNED_TABLE": str(tmp_path / "none.json"), "CUDAL2_CONFIRM_NEAR_TIES": "1"})
     listed, unlisted = out["512"], out["500"]
     assert listed["err"] <= 1e-3 and unlisted["err"] <= 1e-3
     assert listed["ours"]["cublaslt_config"] == fast_config and listed["ours"]["cublaslt_near_tie_pick"] == 1
