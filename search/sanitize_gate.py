@@ -61,6 +61,18 @@ def sanitized(name: str, records: dict[str, set[str | None]], code_of: Callable[
     return None in digests or (bool(digests) and code_of(name) in digests)
 
 
+def withheld_reason(name: str, records: dict[str, set[str | None]],
+                    code_of: Callable[[str], str | None] = current_code) -> str:
+    """Why kernel `name` is not sanitized: its generated source is not in this checkout (its code cannot be checked:
+    generate it first), no report has it clean, or the clean records are for other code than this checkout's."""
+    digests = records.get(name, set())
+    if not digests:
+        return "no clean sanitizer record"
+    if code_of(name) is None:
+        return "no generated source here to check its code against its records (python -m cudal2_catalog.codegen)"
+    return "clean records are for other code than this checkout's (source or headers changed since)"
+
+
 def withhold(table: dict, records: dict[str, set[str | None]],
              code_of: Callable[[str], str | None] = current_code) -> dict:
     """`table` with every entry whose kernel is not sanitized withheld (see the module docstring); the header's
@@ -84,12 +96,17 @@ def withhold(table: dict, records: dict[str, set[str | None]],
     return {**table, "header": header, "entries": entries}
 
 
-def gate(table: dict, reports: Iterable[Path] = ()) -> dict:
-    """`withhold` against the committed sanitizer reports and any further `reports` (a GPU call's own)."""
+def all_records(reports: Iterable[Path] = ()) -> dict[str, set[str | None]]:
+    """`clean_records` of the committed sanitizer reports joined with those of further `reports` (a GPU call's own)."""
     records = committed_records()
     for name, digests in clean_records(reports).items():
         records.setdefault(name, set()).update(digests)
-    return withhold(table, records)
+    return records
+
+
+def gate(table: dict, reports: Iterable[Path] = ()) -> dict:
+    """`withhold` against the committed sanitizer reports and any further `reports` (a GPU call's own)."""
+    return withhold(table, all_records(reports))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,13 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reports", type=Path, nargs="*", default=[],
                         help="sanitizer reports beside the committed ones (scripts/sanitize_kernels.py --out)")
     args = parser.parse_args(argv)
+    records = all_records(args.reports)
     for path in args.tables:
         table = json.loads(path.read_text())
-        gated = gate(table, args.reports)
+        gated = withhold(table, records)
         kernels = sum(bool(e.get("kernel")) for e in gated["entries"].values())
+        withheld = gated["header"].get("withheld_unsanitized", [])
         print(f"{path}: {kernels} kernel entries kept, "
               f"{sum(bool(e.get('kernel')) for e in table['entries'].values()) - kernels} withheld "
-              f"({', '.join(gated['header'].get('withheld_unsanitized', [])) or 'none'})")
+              f"({', '.join(withheld) or 'none'})")
+        for name in withheld:
+            print(f"  {name}: {withheld_reason(name, records)}")
         path.write_text(json.dumps(gated, indent=1, sort_keys=True) + "\n")
     return 0
 

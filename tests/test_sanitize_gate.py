@@ -81,3 +81,13 @@ def test_a_gpu_calls_own_report_joins_the_committed_ones(tmp_path):
     assert sanitize_gate.gate(table)["header"].get("withheld_unsanitized") == [name]
     fresh = report(tmp_path, "call", {name: {"memcheck": CLEAN, "racecheck": CLEAN}})
     assert sanitize_gate.gate(table, [fresh]) == table
+
+
+def test_a_withheld_kernel_says_why():
+    """The gate's report tells a kernel with no clean record from one whose source is missing here (its code cannot
+    be checked: a GPU call's checkout that lost its generated sources withholds every such kernel) and from one whose
+    code changed since its record."""
+    records = {"k_clean": {"c1"}}
+    assert "no clean sanitizer record" in sanitize_gate.withheld_reason("k_none", records, lambda name: "c1")
+    assert "no generated source" in sanitize_gate.withheld_reason("k_clean", records, lambda name: None)
+    assert "other code" in sanitize_gate.withheld_reason("k_clean", records, lambda name: "c2")
