@@ -25,7 +25,8 @@ LAYOUTS, DTYPES = ("nn", "nt"), ("fp16", "bf16")
 # against its own, csrc/cublaslt_config.cpp, when a table is installed).
 LT_CONFIG_FIELDS = ("algo_id", "tile", "stages", "split_k", "reduction", "swizzle", "custom", "inner_shape",
                     "cluster_shape")
-NEAR_TIES_RUN = 4   # near-ties of an entry the dispatcher times at a problem's first eager call (LtTableChoice)
+NEAR_TIES_RUN = 4   # near-ties of an entry the dispatcher times at a problem's first eager call (LtTableChoice;
+#                     only with CUDAL2_CONFIRM_NEAR_TIES=1)
 # Off-grid problems split by M's alignment: cuBLASLt's heuristic choice differs in kind when M % M_ALIGNMENT != 0 (the
 # dispatcher's kMAlignment, csrc/dispatch.h), so the nearest-M cuBLASLt rule is validated and enabled per class.
 M_ALIGNMENT = 8

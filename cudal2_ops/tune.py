@@ -252,7 +252,8 @@ def tune_problem(problem: Problem, kernels: list[tuple[str, Knobs]], margin: flo
     if heuristic_us is not None:
         entry["cublaslt_heuristic_us"] = round(heuristic_us, 3)
     # The correct re-timed configurations within NEAR_TIE of the chosen one, fastest first: its rivals on another card
-    # of the model (which of them is fastest differs between cards), timed against it at a problem's first eager call.
+    # of the model (which of them is fastest differs between cards), timed against it at a problem's first eager call
+    # when CUDAL2_CONFIRM_NEAR_TIES=1.
     near = [c for c in ranked[:RETIME_TOP] if c is not best and c.us <= best.us * (1 + NEAR_TIE)
             and run.correct(lambda c=c: run.run_config(c.config))]
     if near:
