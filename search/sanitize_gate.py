@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -46,12 +47,22 @@ def committed_records(root: Path = REPO) -> dict[str, set[str | None]]:
 
 
 def current_code(name: str) -> str | None:
-    """The code digest of kernel `name` in this checkout, None when its generated source is not here."""
+    """The code digest of kernel `name` in this checkout: of its generated source, or, where that is not generated
+    here (a GPU call's checkout loses what an earlier call generated), of the source codegen writes for that name (the
+    same bytes: a kernel's name is its whole configuration); None when the name is no buildable kernel config."""
     from build_tools import kernel_lib
+    from cudal2_catalog import codegen
+    from cudal2_catalog.config import HgemmConfig
 
     try:
         return kernel_lib.code_digest(kernel_lib.find_source(name))
     except kernel_lib.KernelBuildError:
+        pass
+    try:
+        cfg = HgemmConfig.from_name(name)
+        with tempfile.TemporaryDirectory() as tmp:
+            return kernel_lib.code_digest(codegen.write_kernel(cfg, Path(tmp)))
+    except ValueError:
         return None
 
 
@@ -63,13 +74,13 @@ def sanitized(name: str, records: dict[str, set[str | None]], code_of: Callable[
 
 def withheld_reason(name: str, records: dict[str, set[str | None]],
                     code_of: Callable[[str], str | None] = current_code) -> str:
-    """Why kernel `name` is not sanitized: its generated source is not in this checkout (its code cannot be checked:
-    generate it first), no report has it clean, or the clean records are for other code than this checkout's."""
+    """Why kernel `name` is not sanitized: no report has it clean, its name is no kernel config (its code cannot be
+    known), or the clean records are for other code than this checkout's."""
     digests = records.get(name, set())
     if not digests:
         return "no clean sanitizer record"
     if code_of(name) is None:
-        return "no generated source here to check its code against its records (python -m cudal2_catalog.codegen)"
+        return "its name is no buildable kernel config, so its code cannot be checked against its records"
     return "clean records are for other code than this checkout's (source or headers changed since)"
 
 
