@@ -16,6 +16,7 @@ median per call). Shapes are visited in an order whose every prefix is spread ov
 
     python -m benchmarks.decode_bandwidth --out OUT/decode_bandwidth.json [--dtypes fp16,bf16] [--max-shapes 20]
         [--budget-s 150] [--min-nk 16777216] [--kernels 'decode_*_8x*']     # also writes OUT/decode_bandwidth.md
+    python -m benchmarks.decode_bandwidth --render RESULTS.json.gz     # the report of a stored run, again (no GPU)
 """
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ from pathlib import Path
 
 import torch
 
-from cudal2_catalog.config import Knobs
+from cudal2_catalog.config import HgemmConfig, Knobs
 from cudal2_ops._extension import _C
 from cudal2_ops.tune import runnable_kernels
 from cudal2_testing.correctness.reference import DTYPES, REL_TOL, error_stats, reference
 from cudal2_testing.kernel_timing import kernel_impl
 from cudal2_testing.measure import env, shapes, timing
+from cudal2_testing.measure.stored import read_json
 from cudal2_testing.measure.summary import geomean, markdown_table
 from cudal2_testing.measure.cold_l2 import COLD_FACTOR, bytes_per_call, cold_set_count, l2_bytes
 
@@ -122,6 +124,25 @@ def verdicts(summary: dict) -> list[dict]:
     return out
 
 
+def weight_stream(kernel: str) -> str:
+    """The weight stream of a decode kernel by its name (cudal2_catalog's `weight_stream`; "cp.async" for the default)."""
+    return HgemmConfig.from_name(kernel).weight_stream or "cp.async"
+
+
+def by_weight_stream(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """{stream: {subset: stats}} of the best correct decode config per row among the kernels of each weight stream
+    (what each stream alone reaches; the library's kernels and any loaded candidates), from the rows' candidates."""
+    streams = sorted({weight_stream(c["kernel"]) for r in rows for c in r["decode"]})
+    return {stream: {subset: stats([stream_pct(r, stream) for r in rows if in_subset(r, subset)]) for subset in SUBSETS}
+            for stream in streams}
+
+
+def stream_pct(row: dict, stream: str) -> float | None:
+    """% of bandwidth of the fastest correct decode config of `row` whose kernel uses weight stream `stream`."""
+    best = fastest([c for c in row["decode"] if weight_stream(c["kernel"]) == stream])
+    return best["pct"] if best else None
+
+
 def summarize(rows: list[dict]) -> dict:
     """Median and min % of bandwidth per implementation and subset, decode vs cuBLASLt-autotune, target verdicts."""
     summary = {impl: {subset: stats([impl_pct(r, impl) for r in rows if in_subset(r, subset)])
@@ -156,7 +177,14 @@ def render_markdown(doc: dict) -> str:
     lines += markdown_table(["impl", "problems", "timed", "untimed", "median %", "min %"], body)
     h = s["vs_cublaslt_autotune"]
     lines += ["", f"Decode beats cuBLASLt-autotune on {h['decode_wins']} of {h['compared']} problems "
-                  f"(geomean speedup {_f(h['geomean_speedup'], 3)}).", "", "## Targets (decode family)", ""]
+                  f"(geomean speedup {_f(h['geomean_speedup'], 3)})."]
+    streams = by_weight_stream(doc["rows"])
+    if len(streams) > 1:
+        lines += ["", "By weight stream (the best decode config of each stream alone, per problem):", ""]
+        lines += markdown_table(["weight stream", "problems", "timed", "untimed", "median %", "min %"],
+                                [[stream, subset, f"{st['n']}", f"{st['missing']}", _f(st["median"]), _f(st["min"])]
+                                 for stream, by_subset in streams.items() for subset, st in by_subset.items()])
+    lines += ["", "## Targets (decode family)", ""]
     lines += [f"- {t['target']}: {_f(t['value'])}% -> {'met' if t['met'] else 'not met'}" for t in s["targets"]]
     if not doc["complete"]:
         lines.append("- partial run (budget spent): the verdicts cover the problems measured")
@@ -286,7 +314,9 @@ def write(out: Path, doc: dict) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.decode_bandwidth", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="JSON results; the markdown goes next to it (.md)")
+    p.add_argument("--out", type=Path, help="JSON results; the markdown goes next to it (.md)")
+    p.add_argument("--render", type=Path, help="measure nothing: write the markdown of this stored results file "
+                                               "(.json or .json.gz) next to it")
     p.add_argument("--dtypes", default="fp16,bf16", help="comma-separated, from fp16,bf16")
     p.add_argument("--max-shapes", type=int, default=None, help="at most this many (M, N, K), evenly spread")
     p.add_argument("--budget-s", type=float, default=150.0, help="start no problem after this many seconds")
@@ -295,6 +325,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="comma-separated fnmatch patterns: time only matching decode kernels (default: all loaded)")
     p.add_argument("--seed", type=int, default=0, help="input seed")
     args = p.parse_args(argv)
+    if (args.out is None) == (args.render is None):
+        p.error("give --out (measure) or --render (report a stored results file)")
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     args.kernels = [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None
     if not args.dtypes or any(d not in DTYPES for d in args.dtypes):
@@ -307,6 +339,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.render:
+        out = args.render.with_name(args.render.name.removesuffix(".gz").removesuffix(".json") + ".md")
+        out.write_text(render_markdown(read_json(args.render)))
+        print(f"wrote {out}")
+        return 0
     if _C is None or not torch.cuda.is_available():
         print("benchmarks.decode_bandwidth needs the compiled extension and a CUDA GPU")
         return 2

@@ -7,6 +7,7 @@ from benchmarks import decode_bandwidth as db
 from cudal2_testing.measure import cold_l2, shapes
 
 M16 = 16 * 2**20
+KERNEL = "decode_fp16_nt_8x128x64_s4_w8"
 
 
 def cand(us, pct, correct=True, **extra):
@@ -15,7 +16,7 @@ def cand(us, pct, correct=True, **extra):
 
 def row(m, n, k, decode_pct, auto_pct, heur_pct=50.0, dtype="fp16"):
     """A measured row: times are derived from the percentages (us = 100 / pct), so faster means higher %."""
-    best = None if decode_pct is None else cand(100 / decode_pct, decode_pct, kernel="decode_k", splits=4)
+    best = None if decode_pct is None else cand(100 / decode_pct, decode_pct, kernel=KERNEL, splits=4)
     auto = None if auto_pct is None else cand(100 / auto_pct, auto_pct)
     return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": "nt", "bytes": cold_l2.bytes_per_call(m, n, k),
             "sets": 8, "cold_bytes": 8 * cold_l2.bytes_per_call(m, n, k), "decode": [best] if best else [], "rejected": 0,
@@ -136,7 +137,7 @@ def test_markdown():
     assert "| decode | nk_le_16m | 1 | 1 | 70.0 | 70.0 |" in text
     assert "Decode beats cuBLASLt-autotune on 0 of 1 problems" in text
     assert "median % of bandwidth, all problems >= 85%: 70.0% -> not met" in text
-    assert "| fp16 | 8 | 4096 | 4096 | decode_k | 4 | 1.43 | 70.0 | 2.00 | 50.0 | 1.25 | 80.0 | 0.875 |" in text
+    assert f"| fp16 | 8 | 4096 | 4096 | {KERNEL} | 4 | 1.43 | 70.0 | 2.00 | 50.0 | 1.25 | 80.0 | 0.875 |" in text
     assert "| bf16 | 1 | 1024 | 4096 | - | - | - | - | 2.00 | 50.0 | 1.67 | 60.0 | - |" in text
     assert text.index("| bf16 |") < text.index("| fp16 |")  # rows sorted by dtype, N, K, M
     assert "partial run" not in text and "partial run" in db.render_markdown(doc(rows, complete=False))
@@ -156,8 +157,30 @@ def test_options():
     for bad in (["--dtypes", "fp32"], ["--dtypes", ","], ["--max-shapes", "0"]):
         with pytest.raises(SystemExit):
             db.parse_args(["--out", "x.json", *bad])
-    with pytest.raises(SystemExit):
-        db.parse_args([])  # --out is required
+    for neither_or_both in ([], ["--out", "x.json", "--render", "y.json"]):
+        with pytest.raises(SystemExit):
+            db.parse_args(neither_or_both)  # --out (measure) or --render (report), one of them
+    assert db.parse_args(["--render", "y.json.gz"]).render.name == "y.json.gz"
+
+
+def test_each_weight_stream_is_summarised_on_its_own(tmp_path):
+    """The report's per-stream table: per problem the fastest correct config among each stream's kernels; a stream
+    with no correct config on a problem counts it untimed; `--render` writes it from a stored (gzip) run."""
+    import gzip, json
+    r1 = row(1, 4096, 4096, 70.0, 80.0)
+    r1["decode"] = [cand(2.0, 50.0, kernel=KERNEL, splits=0), cand(1.0, 70.0, kernel=KERNEL + "_tma", splits=8),
+                    cand(1.5, 60.0, kernel=KERNEL + "_tma", splits=0), cand(None, None, False, kernel=KERNEL + "_evictfirst")]
+    r2 = row(1, 1024, 1024, 40.0, 30.0)
+    r2["decode"] = [cand(2.5, 40.0, kernel=KERNEL, splits=0)]
+    streams = db.by_weight_stream([r1, r2])
+    assert streams["cp.async"]["all"] == {"n": 2, "missing": 0, "median": 45.0, "min": 40.0}
+    assert streams["tma"]["all"] == {"n": 1, "missing": 1, "median": 70.0, "min": 70.0}
+    assert streams["evictfirst"]["all"] == {"n": 0, "missing": 2, "median": None, "min": None}
+    stored = tmp_path / "run.json.gz"
+    stored.write_bytes(gzip.compress(json.dumps(doc([r1, r2])).encode()))
+    assert db.main(["--render", str(stored)]) == 0
+    text = (tmp_path / "run.md").read_text()
+    assert "| tma | all | 1 | 1 | 70.0 | 70.0 |" in text and "| cp.async | all | 2 | 0 | 45.0 | 40.0 |" in text
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")
