@@ -2,16 +2,20 @@
 
 Per problem: cuBLASLt-autotune, the fastest correct candidate and the fastest correct built kernel, and whether a
 candidate would enter a table (it is the problem's table winner under `search.table_select`'s rule: fastest correct
-kernel, faster than cuBLASLt by more than the margin). Pure apart from the CLI; CPU-tested.
+kernel, faster than cuBLASLt by more than the margin). And each candidate that differs from a kernel only in its
+code-level fields (sm80_cute's register pipeline, prefetch depth, staggered copies, epilogue, split-K policy, decode's
+weight stream) against that default-code twin, where both ran correctly at default knobs: what the code-level choice
+alone is worth. Pure apart from the CLI; CPU-tested.
 
     python -m studies.candidate_report SWEEP --candidates NAME[,NAME...] [--margin 0.03] [--out report.md]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
-from cudal2_catalog.config import Knobs
+from cudal2_catalog.config import DEFAULT_KNOBS, FAMILY_FIELDS, HgemmConfig, Knobs
 from cudal2_testing.measure.summary import geomean
 from search.table_select import DEFAULT_MARGIN, best_candidate, from_sweep_rows, read_sweep
 
@@ -42,6 +46,37 @@ def summary(records: list[dict]) -> dict:
     vs_built = [r["built"]["us"] / r["candidate"]["us"] for r in records if r["candidate"] and r["built"]]
     return {"problems": len(records), "enters": sum(r["enters"] for r in records),
             "geomean_vs_cublaslt": geomean(vs_lt), "geomean_vs_built": geomean(vs_built)}
+
+
+CODE_FIELDS = (*FAMILY_FIELDS, "epilogue", "splitk")  # HgemmConfig fields that change a kernel's code, not its tile
+
+
+def default_code_twin(name: str) -> str | None:
+    """Kernel `name` with every code-level field at its default, or None when `name` is no kernel config or already
+    has default code."""
+    try:
+        cfg = HgemmConfig.from_name(name)
+    except ValueError:
+        return None
+    twin = dataclasses.replace(cfg, **{f.name: f.default for f in dataclasses.fields(HgemmConfig)
+                                       if f.name in CODE_FIELDS})
+    return None if twin == cfg else twin.name
+
+
+def twin_speedups(rows: list[dict], candidates: set[str]) -> dict[str, list[float]]:
+    """{candidate: [twin time / candidate time on each problem where both ran correctly at default knobs]} for the
+    candidates with a default-code twin (> 1: the code-level choice is faster)."""
+    out: dict[str, list[float]] = {}
+    for name in sorted(candidates):
+        twin = default_code_twin(name)
+        if twin is None:
+            continue
+        for row in rows:
+            us = {c["kernel"]: c["us"] for c in row["candidates"]
+                  if c.get("correct") and c.get("us") and Knobs.from_dict(c) == DEFAULT_KNOBS}
+            if name in us and twin in us:
+                out.setdefault(name, []).append(us[twin] / us[name])
+    return out
 
 
 def summary_line(s: dict, margin: float) -> str:
@@ -77,6 +112,13 @@ def markdown(doc: dict, candidates: set[str], margin: float = DEFAULT_MARGIN) ->
         lt = f"{r['baseline_us']:.2f}" if r["baseline_us"] else "-"
         lines.append("| " + " | ".join(map(str, r["problem"])) + f" | {lt} | {_cell(r['candidate'])} | "
                      f"{_cell(r['built'])} | {'yes' if r['enters'] else 'no'} |")
+    twins = twin_speedups(doc["rows"], candidates)
+    if twins:
+        lines += ["", "Each candidate against its default-code twin (the same kernel with every code-level field at its "
+                  "default), both correct at default knobs: twin time / candidate time (> 1: the code-level choice is "
+                  "faster)", "", "| candidate | twin | problems | geomean | min | max |", "|---|---|---|---|---|---|"]
+        lines += [f"| `{name}` | `{default_code_twin(name)}` | {len(r)} | {geomean(r):.3f} | {min(r):.3f} | "
+                  f"{max(r):.3f} |" for name, r in twins.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -34,3 +34,20 @@ def test_markdown_has_a_line_per_problem():
     text = candidate_report.markdown(doc, {"new"})
     assert text.count("\n| nt | fp16 |") == len(ROWS)
     assert "on 1;" in text
+
+
+def test_a_code_variant_is_set_against_its_default_code_twin():
+    """Only candidates differing from a kernel in code-level fields have a twin; the ratio is twin / candidate time on
+    problems where both ran correctly at default knobs (a knob variant or a wrong run does not count)."""
+    variant, twin = "sm80_cute_fp16_nt_64x64x64_s3_w4_r1", "sm80_cute_fp16_nt_64x64x64_s3_w4"
+    assert candidate_report.default_code_twin(variant) == twin
+    assert candidate_report.default_code_twin("decode_fp16_nt_8x128x64_s4_w8_tma") == "decode_fp16_nt_8x128x64_s4_w8"
+    assert candidate_report.default_code_twin(twin) is None and candidate_report.default_code_twin("new") is None
+    rows = [row(1, 10.0, (variant, 8.0, True), (twin, 10.0, True)),
+            row(2, 10.0, (variant, 9.0, True), (twin, 9.0, True), (twin, 4.0, True)),
+            row(4, 10.0, (variant, 5.0, False), (twin, 9.0, True))]
+    rows[1]["candidates"][2]["splits"] = 4  # a knob variant of the twin
+    assert candidate_report.twin_speedups(rows, {variant, "new"}) == {variant: [10.0 / 8.0, 1.0]}
+    doc = {"run_id": "sweep-x", "protocol": "p", "kernels": [variant, twin], "rows": rows,
+           "environment": {"gpu_name": "NVIDIA H100", "sm_count": 132, "cuda": "13.0"}}
+    assert f"| `{variant}` | `{twin}` | 2 | {(1.25) ** 0.5:.3f} | 1.000 | 1.250 |" in candidate_report.markdown(doc, {variant})
