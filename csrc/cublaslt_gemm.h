@@ -131,7 +131,8 @@ class CublasLtGemm {
   // Whether the table's configuration runs this plan's problem (checks it on first use; the plan's mutex is held).
   bool table_algo_ready(const GemmArgs& g, LtPlan& plan, const LtConfig& config);
   // Times the table's configuration against its runnable near-ties on g's buffers and keeps the fastest (the table's
-  // own unless beaten by more than kKeepEntryWithin) as plan.table_algo (the plan's mutex is held; not while capturing). Without near-ties, the entry's own runs.
+  // own unless beaten by more than kKeepEntryWithin) as plan.table_algo (the plan's mutex is held; not while
+  // capturing). Without near-ties, the entry's own runs.
   void confirm_table_choice(const GemmArgs& g, LtPlan& plan, const LtTableChoice& table, const Workspace& ws);
   bool check_algo(const GemmArgs& g, LtPlan& plan, const cublasLtMatmulAlgo_t& algo);
 
