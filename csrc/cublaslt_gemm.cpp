@@ -277,7 +277,8 @@ void CublasLtGemm::confirm_table_choice(const GemmArgs& g, LtPlan& plan, const L
     }
   }
   float best_us = 0.f;
-  const int best = algos.size() > 1 ? fastest_algo(handle(g.device), g, plan, algos, ws, &best_us, kKeepEntryWithin) : 0;
+  const int best =
+      algos.size() > 1 ? fastest_algo(handle(g.device), g, plan, algos, ws, &best_us, kKeepEntryWithin) : 0;
   plan.table_pick = picks[std::max(best, 0)];
   plan.table_algo = algos[std::max(best, 0)];
   plan.table_confirmed = true;
