@@ -86,6 +86,7 @@ def _shipped_impl(layout: str) -> tuple[Call, Describe]:
     the dispatcher's cuBLASLt instance, else cudal2's own call."""
     import cudal2_ops
     from cudal2_ops import _C, tables
+    from cudal2_testing.correctness.reference import dtype_name, problem_shape
 
     ours, describe_ours = _cudal2_calls()[layout], _cudal2_describe(layout)
     chosen: dict[tuple, list[int] | None] = {}
@@ -95,8 +96,7 @@ def _shipped_impl(layout: str) -> tuple[Call, Describe]:
         if problem not in chosen:
             explained = cudal2_ops.explain(a, b, layout=layout)
             table = tables.INSTALLED.get(a.device.index)
-            n = b.shape[0] if layout == "nt" else b.shape[1]
-            key = tables.entry_key(layout, "bf16" if a.dtype == torch.bfloat16 else "fp16", a.shape[0], n, a.shape[1])
+            key = tables.entry_key(layout, dtype_name(a.dtype), *problem_shape(a, b, layout))
             chosen[problem] = shipped_config(explained, table.entries if table else {}, key)
         return chosen[problem]
 

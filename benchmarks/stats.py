@@ -96,14 +96,16 @@ class Comparison:
 def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",
             stat: str = "median") -> Comparison:
     """The Comparison of `ours` (rows in `layout`) with every baseline (the SAME_LAYOUT ones in `layout`, the
-    fixed-layout ones as measured, plus the -max of each NN/TN pair) in one mode and dtype, using per-row `<stat>_us` times."""
+    fixed-layout ones as measured, plus the -max of each NN/TN pair) in one mode and dtype, using per-row `<stat>_us`
+    times."""
     comp = Comparison(mode, layout, dtype)
     for r in rows:
         if r["mode"] != mode or r["dtype"] != dtype:
             continue
         if r["impl"] == ours and r["layout"] == layout:
             name = ours
-        elif r["impl"] in SAME_LAYOUT and r["layout"] == layout or r["impl"] in BASELINES and r["impl"] not in SAME_LAYOUT:
+        elif (r["impl"] in SAME_LAYOUT and r["layout"] == layout
+              or r["impl"] in BASELINES and r["impl"] not in SAME_LAYOUT):
             name = r["impl"]
         else:
             continue

@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import statistics
 from pathlib import Path
 
 from cudal2_ops.tables import LT_CONFIG_FIELDS, cublaslt_fields, entry_key, near_tie_fields
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.stored import read_json
-from cudal2_testing.measure.summary import markdown_table
+from cudal2_testing.measure.summary import geomean, markdown_table
 
 LOSS = 0.97    # below this fraction of the bar a shape counts as a loss (docs/EVALUATION.md)
 DRIFT = 1.03   # a time more than 3% above the one measured at tuning counts as drifted
@@ -125,7 +124,7 @@ def confirmation_summary(rows: list[dict]) -> dict[str, dict]:
         key = confirmation_class(r)
         if key is not None:
             groups[key].append(r["vs_bar"])
-    return {key: {"shapes": len(v), "geomean": math.exp(statistics.fmean(math.log(x) for x in v)),
+    return {key: {"shapes": len(v), "geomean": geomean(v),
                   "losses": sum(x < LOSS for x in v)} for key, v in sorted(groups.items())}
 
 
