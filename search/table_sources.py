@@ -50,7 +50,8 @@ SOURCES = {
                  "tune_grid_llm_2026-11-25.json.gz", "tune_grid_all_2026-11-25_retuned.json.gz",
                  "tune_grid_below2e30_2026-11-25_b1c4805.json.gz",
                  *(f"tune_grid_{part}_2026-11-26_730621b.json.gz" for part in ("g1000_fp16", "g1000_bf16", "llm")),
-                 "tune_grid_llm_candidates_2026-11-26_6c1e706.json.gz")),
+                 "tune_grid_llm_candidates_2026-11-26_6c1e706.json.gz",
+                 "tune_grid_below2e28_tinycand_2026-11-26_137420a.json.gz")),
 }
 
 
