@@ -1,7 +1,7 @@
 """The latency floor of small GEMMs: what any kernel must pay, beside what cuBLASLt-autotune and the tiny family pay.
 
-Problems: the G1000 shapes (cudal2_testing/measure/shapes.py) with M*N*K <= 2^--max-log2-mnk (default 26), per
-layout and dtype, visited smallest first; warm L2, the same inputs every call. Per problem, in kernel mode
+Problems: the G1000 shapes (cudal2_testing/measure/shapes.py) with M*N*K <= 2^--max-log2-mnk (default 26) and K >=
+--min-k (default 0), per layout and dtype, visited smallest first; warm L2, the same inputs every call. Per problem, in kernel mode
 (cudal2_testing.kernel_timing.time_call: CUDA-graph replay of R back-to-back calls, CUDA events, median per call):
   empty_us      an empty kernel (1 CTA of 32 threads): the cost of a kernel node itself, measured once per run
                 before the problems and once after them (both recorded; fractions use the first);
@@ -23,7 +23,7 @@ testing bindings: the floor kernels are a benchmark's probe, not a user or test 
 should not compile them.
 
     python -m benchmarks.latency_floor --out OUT/latency_floor.json [--layouts nn,nt] [--dtypes fp16]
-        [--max-log2-mnk 26] [--budget-s 300]
+        [--max-log2-mnk 26] [--min-k 2048] [--budget-s 300]
 """
 from __future__ import annotations
 
@@ -112,9 +112,11 @@ def compile_floor_library(capability: tuple[int, int], build_dir: Path = FLOOR_B
     return out, time.monotonic() - t0
 
 
-def problems(layouts: list[str], dtypes: list[str], max_log2_mnk: float) -> list[tuple[str, str, int, int, int]]:
-    """(layout, dtype, M, N, K) of the G1000 shapes with log2(M*N*K) <= max_log2_mnk, smallest M*N*K first."""
-    small = sorted((s for s in shapes.g1000() if shapes.log2_mnk(s) <= max_log2_mnk),
+def problems(layouts: list[str], dtypes: list[str], max_log2_mnk: float,
+             min_k: int = 0) -> list[tuple[str, str, int, int, int]]:
+    """(layout, dtype, M, N, K) of the G1000 shapes with log2(M*N*K) <= max_log2_mnk and K >= min_k, smallest
+    M*N*K first."""
+    small = sorted((s for s in shapes.g1000() if shapes.log2_mnk(s) <= max_log2_mnk and s[2] >= min_k),
                    key=lambda s: (s[0] * s[1] * s[2], s))
     return [(layout, dtype, *s) for s in small for layout in layouts for dtype in dtypes]
 
@@ -185,6 +187,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--layouts", default="nn,nt", help="comma-separated, from nn,nt")
     p.add_argument("--dtypes", default="fp16", help="comma-separated, from fp16,bf16")
     p.add_argument("--max-log2-mnk", type=float, default=26.0, help="only problems with M*N*K <= 2^this")
+    p.add_argument("--min-k", type=int, default=0, help="only problems with K >= this (e.g. 2048: the long-K ones)")
     p.add_argument("--budget-s", type=float, default=300.0, help="start no problem after this many seconds")
     args = p.parse_args(argv)
     args.layouts = [x for x in args.layouts.split(",") if x]
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     empty_us = time_call(lambda i: floors.empty())
     doc["empty_kernel_us"] = {"before": empty_us}
     print(f"floor library {library.name} (compiled in {compile_s:.1f} s); empty kernel {empty_us:.3f} us")
-    todo = problems(args.layouts, args.dtypes, args.max_log2_mnk)
+    todo = problems(args.layouts, args.dtypes, args.max_log2_mnk, args.min_k)
     for layout, dtype, m, n, k in todo:
         if time.monotonic() - t0 > args.budget_s:
             break

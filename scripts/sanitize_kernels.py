@@ -3,7 +3,9 @@
 
 Each (kernel, tool) runs in its own subprocess: compute-sanitizer re-invokes this script with --target, which runs
 the kernel on a few shapes with residues (exact-size allocations: the torch caching allocator is disabled, so an
-access past a tensor is outside any allocation) and also checks the results against a CPU float64 reference.
+access past a tensor is outside any allocation), each at the default knobs and at the family's largest split count
+(the other reduction path: for tiny the grid-wide split, a cooperative launch through the workspace), and also checks
+the results against a CPU float64 reference.
 
     python3 scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so --sample 20 --out sanitize.json
     python3 scripts/sanitize_kernels.py --lib LIB --kernel NAME --racecheck-families sm80_cute,decode
@@ -116,6 +118,14 @@ def run_one(sanitizer: str, tool: str, lib: str, kernel: str, shapes: str, timeo
     return entry
 
 
+def target_splits(family: str) -> tuple[int, ...]:
+    """The split counts a target runs: the default (0) and the family's largest (its KNOB_SPACE), if any."""
+    from cudal2_catalog.families import family_module  # noqa: PLC0415
+
+    largest = max(family_module(family).KNOB_SPACE.get("splits", (0,)))
+    return (0, largest) if largest > 1 else (0,)
+
+
 def target(lib: str, kernel_name: str, shapes: tuple[tuple[int, int, int], ...]) -> int:
     """Runs inside compute-sanitizer: the kernel on each shape it accepts, checked against a float64 reference."""
     import torch  # noqa: PLC0415 (only the target needs torch on the GPU)
@@ -126,24 +136,25 @@ def target(lib: str, kernel_name: str, shapes: tuple[tuple[int, int, int], ...])
     from cudal2_testing.kernel_library import KernelLibrary  # noqa: PLC0415
 
     kernel = KernelLibrary(lib).kernels[kernel_name]
-    impl = KernelImpl(kernel)
     report, wrong, ran = {}, False, 0
-    for m, n, k in shapes:
-        a, b, bias = random_inputs((m, n, k), kernel.layout, kernel.dtype, kernel.has_bias, 0, "cuda")
-        out = torch.empty((m, n), dtype=kernel.dtype, device="cuda")
-        key = f"{m}x{n}x{k}"
-        if not impl.can_implement(a, b, bias, out):
-            report[key] = "unsupported"
-            continue
-        impl(a, b, bias, out)
-        torch.cuda.synchronize()
-        ran += 1
-        bd = b.cpu().double() if kernel.layout == "nn" else b.cpu().double().t()
-        ref = a.cpu().double() @ bd + (bias.cpu().double() if bias is not None else 0.0)
-        rel = float((out.cpu().double() - ref).norm() / ref.norm().clamp_min(1e-30))
-        ok = rel <= REL_TOL[kernel.dtype]
-        wrong |= not ok
-        report[key] = f"{'ok' if ok else 'WRONG'} rel_err={rel:.3g}"
+    for splits in target_splits(kernel.family):
+        impl = KernelImpl(kernel, splits=splits)
+        for m, n, k in shapes:
+            a, b, bias = random_inputs((m, n, k), kernel.layout, kernel.dtype, kernel.has_bias, 0, "cuda")
+            out = torch.empty((m, n), dtype=kernel.dtype, device="cuda")
+            key = f"{m}x{n}x{k}" + (f" splits={splits}" if splits else "")
+            if not impl.can_implement(a, b, bias, out):
+                report[key] = "unsupported"
+                continue
+            impl(a, b, bias, out)
+            torch.cuda.synchronize()
+            ran += 1
+            bd = b.cpu().double() if kernel.layout == "nn" else b.cpu().double().t()
+            ref = a.cpu().double() @ bd + (bias.cpu().double() if bias is not None else 0.0)
+            rel = float((out.cpu().double() - ref).norm() / ref.norm().clamp_min(1e-30))
+            ok = rel <= REL_TOL[kernel.dtype]
+            wrong |= not ok
+            report[key] = f"{'ok' if ok else 'WRONG'} rel_err={rel:.3g}"
     print(RESULT_MARKER + json.dumps(report), flush=True)
     return TARGET_WRONG_EXIT if wrong else (0 if ran else TARGET_UNTESTED_EXIT)
 

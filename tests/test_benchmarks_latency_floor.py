@@ -25,6 +25,8 @@ def test_problems_are_the_g1000_shapes_up_to_the_bound_smallest_first():
     volumes = [m * n * k for _, _, m, n, k in todo]
     assert volumes == sorted(volumes) and max(volumes) <= 2**26
     assert len(lf.problems(["nt"], ["fp16", "bf16"], 18)) == 2  # 64^3 = 2^18 only
+    long_k = lf.problems(["nt"], ["fp16"], 26, min_k=2048)
+    assert long_k and all(k >= 2048 for *_, k in long_k) and set(long_k) < set(lf.problems(["nt"], ["fp16"], 26))
 
 
 def test_floor_fraction_and_summary():

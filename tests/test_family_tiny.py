@@ -108,11 +108,14 @@ def test_smem_model():
 
 
 @pytest.mark.parametrize("k, splits, plan", [
-    (64, 1, (1, 1, 1, 128, 64 * 72 * 2 * 2)),                # one K tile: one stage, no receive buffer
-    (256, 1, (4, 1, 3, 128, 3 * 64 * 72 * 2 * 2)),           # K = 256 alone: no K group; 3 stages (streamed)
-    (320, 1, (5, 2, 3, 256, 3 * 64 * 72 * 2 * 2 + 2 * 64 * 72 * 4)),  # K > 256: 2 K groups and their receive buffer
-    (4096, 16, (4, 1, 3, 128, 3 * 64 * 72 * 2 * 2 + 16 * 4 * 72 * 4)),  # splits: a receive buffer, no K group
-    (1000, 3, (6, 2, 3, 256, 3 * 64 * 72 * 2 * 2 + 2 * 3 * 22 * 72 * 4)),
+    (64, 1, (1, 1, 1, 128, 64 * 72 * 2 * 2, 0)),                # one K tile: one stage, no receive buffer
+    (256, 1, (4, 1, 3, 128, 3 * 64 * 72 * 2 * 2, 0)),           # K = 256 alone: no K group; 3 stages (streamed)
+    (320, 1, (5, 2, 3, 256, 3 * 64 * 72 * 2 * 2 + 2 * 64 * 72 * 4, 0)),  # K > 256: 2 K groups and their receive buffer
+    (4096, 16, (4, 1, 3, 128, 3 * 64 * 72 * 2 * 2 + 16 * 4 * 72 * 4, 0)),  # splits: a receive buffer, no K group
+    (1000, 3, (6, 2, 3, 256, 3 * 64 * 72 * 2 * 2 + 2 * 3 * 22 * 72 * 4, 0)),
+    # beyond a cluster: no receive buffer; the workspace per tile: owners x sources (splits x K groups) x rows
+    (16384, 32, (8, 2, 3, 256, 3 * 64 * 72 * 2 * 2, 32 * 64 * 2 * 72 * 4)),
+    (16384, 64, (4, 1, 3, 128, 3 * 64 * 72 * 2 * 2, 64 * 64 * 1 * 72 * 4)),
 ])
 def test_launch_plan(k, splits, plan):
     assert tuple(tiny.launch_plan(cfg(), k, splits)) == plan
@@ -160,10 +163,11 @@ def test_name_round_trip():
         assert c.arch_dir == "sm80"
 
 
-def test_knob_grid_lists_cluster_splits_up_to_the_k_tiles():
+def test_knob_grid_lists_cluster_and_grid_splits_up_to_the_k_tiles():
     c = cfg()
     assert knob_grid(c.name, 128, 256, 64) == [Knobs(splits=1)]
-    assert knob_grid(c.name, 64, 256, 4096) == [Knobs(splits=s) for s in (1, 2, 4, 8, 16)]
+    assert knob_grid(c.name, 64, 256, 4096) == [Knobs(splits=s) for s in (1, 2, 4, 8, 16, 32, 64)]
+    assert knob_grid(c.name, 64, 256, 1024) == [Knobs(splits=s) for s in (1, 2, 4, 8, 16)]  # 16 K tiles
     assert knob_grid(c.name, 64, 256, 200) == [Knobs(splits=s) for s in (1, 2, 4)]  # 4 K tiles, the last partial
     assert all(s.splits in tiny.KNOB_SPACE["splits"] for s in knob_grid(c.name, 1, 1, 1 << 20))
 
@@ -173,7 +177,8 @@ def test_space_points_round_trip_and_check():
     point = space.point_of(c, Knobs(splits=16))
     assert space.parse_point(point) == (c, Knobs(splits=16))
     assert space.check(c, Knobs(splits=16), 90) == (True, "")
-    assert not space.check(c, Knobs(splits=17), 90)[0]
+    assert space.check(c, Knobs(splits=64), 90) == (True, "")  # grid-wide
+    assert not space.check(c, Knobs(splits=65), 90)[0]
     assert not space.check(c, Knobs(swizzle=1), 90)[0]
 
 
@@ -250,7 +255,9 @@ int check(const char* name) {
   const int sizes[] = {1, 17, 64, 1000, 5000};
   const int depths[] = {8, 64, 136, 1000, 4104, 16384, 100000};
   const int requests[] = {-1, 0, 1, 2, 3, 5, 7, 8, 9, 12, 15, 16, 17, 64, INT_MAX};
-  const cudal2::tiny::ClusterLimits limits[] = {{1, 0}, {8, 0}, {16, 0}, {16, 4}, {16, 1000}};
+  // (max cluster splits, concurrent clusters of 16, co-resident CTAs for a cooperative launch)
+  const cudal2::tiny::ClusterLimits limits[] = {{1, 0, 0}, {8, 0, 0}, {16, 0, 0}, {16, 4, 0}, {16, 1000, 0},
+                                                {16, 1000, 132}, {8, 0, 264}, {16, 1000, 20000}};
   for (int m : sizes) for (int n : sizes) for (int k : depths) for (int r : requests) for (auto lim : limits) {
     cudal2_problem p{};
     p.m = m; p.n = n; p.k = k; p.splits = r; p.sm_count = 132;
@@ -258,33 +265,37 @@ int check(const char* name) {
     const int k_tiles = (k + kTileK - 1) / kTileK;
     const long long tiles = static_cast<long long>((m + kTileM - 1) / kTileM) * ((n + kTileN - 1) / kTileN);
     const int per_split = (k_tiles + s - 1) / s;
-    bool ok = s >= 1 && s <= lim.max_splits && s <= k_tiles && (s - 1) * per_split < k_tiles;  // no empty part
+    // within a cluster, or (an explicit request beyond it) grid-wide with every CTA co-resident
+    const bool grid_ok = r > lim.max_splits && s <= cudal2::tiny::kMaxGridSplits && s * tiles <= lim.coresident;
+    bool ok = s >= 1 && (s <= lim.max_splits || grid_ok) && s <= k_tiles && (s - 1) * per_split < k_tiles;
     if (r > 0) ok = ok && s <= r;
     if (r <= 0) {  // automatic: parts of >= kMinSplitK, no more CTAs than SMs, > 8 only when all clusters fit
       ok = ok && (s == 1 || (s <= k / cudal2::tiny::kMinSplitK && s * tiles <= 132));
       ok = ok && (s <= cudal2::kMaxClusterSplits || tiles <= lim.concurrent_16);
     }
     if (!ok) {
-      std::printf("FAIL %s m=%d n=%d k=%d splits=%d limits=(%d,%d): %d\n", name, m, n, k, r, lim.max_splits,
-                  lim.concurrent_16, s);
+      std::printf("FAIL %s m=%d n=%d k=%d splits=%d limits=(%d,%d,%d): %d\n", name, m, n, k, r, lim.max_splits,
+                  lim.concurrent_16, lim.coresident, s);
       return 1;
     }
   }
   return 0;
 }
 
-// Prints the plan of every (K, requested splits) of `name` on 132 SMs with clusters of 16 co-scheduled, for the
-// Python model to compare: "name k request splits tiles_per_split warp_groups stages threads smem_bytes".
+// Prints the plan of every (K, requested splits) of `name` on 132 SMs with clusters of 16 co-scheduled and room for
+// any cooperative grid, for the Python model to compare: "name k request splits tiles_per_split warp_groups stages
+// threads smem_bytes workspace_bytes_per_tile".
 template <class Gemm>
 void print_plans(const char* name) {
   const int depths[] = {8, 64, 128, 136, 256, 264, 320, 384, 448, 1000, 4104, 16384};
-  const int requests[] = {0, 1, 2, 3, 16};
+  const int requests[] = {0, 1, 2, 3, 16, 32, 64};
   for (int k : depths) for (int r : requests) {
     cudal2_problem p{};
     p.m = 64; p.n = 64; p.k = k; p.splits = r; p.sm_count = 132;
-    const cudal2::tiny::LaunchPlan plan = Gemm::plan(&p, {16, 1000});
-    std::printf("%s %d %d %d %d %d %d %d %d\n", name, k, r, plan.splits, plan.tiles_per_split, plan.warp_groups,
-                plan.stages, plan.threads, plan.smem_bytes);
+    const cudal2::tiny::LaunchPlan plan = Gemm::plan(&p, {16, 1000, 100000});
+    std::printf("%s %d %d %d %d %d %d %d %d %lld\n", name, k, r, plan.splits, plan.tiles_per_split,
+                plan.warp_groups, plan.stages, plan.threads, plan.smem_bytes,
+                plan.workspace_floats * 4 / Gemm::output_tiles(&p));
   }
 }
 
@@ -323,7 +334,8 @@ def test_split_rule_of_the_launcher(tmp_path, kernel_toolchain):
         model = tiny.launch_plan(HgemmConfig.from_name(name), k, splits)
         assert tuple(plan) == tuple(model), (line, model)
         groups_seen.add(model.warp_groups)
-    assert len(lines) == 1 + 3 * 12 * 5 and groups_seen == {1, 2}
+    assert len(lines) == 1 + 3 * 12 * 7 and groups_seen == {1, 2}
+    assert any(int(line.split()[3]) > tiny.MAX_SPLITS for line in lines[:-1])  # grid-wide plans were compared
 
 
 @pytest.mark.parametrize("overrides", [

@@ -8,10 +8,13 @@ that the launcher adds only when a CTA's K range exceeds MAX_WARP_CHAIN_K. A K r
 requested at once (one memory round trip, one barrier, shared memory for those tiles only); longer ones stream through
 the stages-deep cp.async pipeline into mma.sync m16n8k16 (fp32 accumulation). With one warp group and no split the
 epilogue stores from registers: bias loaded before the main loop, a 4x4 shuffle transpose per quad of lanes, 16-byte
-stores. K is otherwise split on chip only: across the K groups and, on sm_90, across the CTAs of a thread-block cluster
-(runtime `splits`, up to 16 with the non-portable cluster attribute where the device co-schedules it, else 8);
-partials are pushed into the receive buffer of the CTA owning their rows, one barrier, then each CTA sums its rows in
-a fixed source order and stores them: deterministic.
+stores. K is otherwise split across the K groups and, on sm_90, across the CTAs of a thread-block cluster (runtime
+`splits`, up to 16 with the non-portable cluster attribute where the device co-schedules it, else 8); partials are
+pushed into the receive buffer of the CTA owning their rows, one barrier, then each CTA sums its rows in a fixed
+source order and stores them: deterministic. A request for more splits than a cluster holds (up to MAX_GRID_SPLITS)
+splits K across the grid: a cooperative launch whose CTAs push their partial rows into the owners' slots of the
+workspace, meet at one grid barrier and sum their rows the same way (one kernel, deterministic), where the device
+takes cooperative launches and holds every CTA at once (else the request is clamped to a cluster).
 Config fields used: dtype, layout, tile_m / tile_n (16..128), tile_k (K per stage), stages (>= 2), warps (covering
 warps times the most K groups).
 
@@ -70,14 +73,17 @@ BASE_REGISTERS = 60
 REGISTERS_PER_CHUNK = 5
 REGISTERS_PER_GROUP = 3
 MAX_SPLITS = 16                   # kMaxSplits of tiny_kernel.cuh (non-portable cluster size)
+MAX_GRID_SPLITS = 64              # kMaxGridSplits of tiny_gemm.cuh (the grid-wide split)
 RECV_PAD = 8                      # floats of padding per receive-buffer row (kRecvPitch = tile_n + 8)
-KNOB_SPLITS = (1, 2, 4, 8, 16)    # cluster split parts the sweep times (1 = none); the default 0 fills the SMs
+# Split parts the sweep times (1 = none; up to 16 in a cluster, 32 and 64 across the grid); the default 0 fills the
+# SMs within a cluster.
+KNOB_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
 # Every value each HgemmConfig field can take in this family (feasible() decides which combinations build).
 SPACE: dict[str, tuple] = space(TILE_MN, TILE_MN, TILE_K, tuple(range(2, MAX_STAGES + 1)), WARPS)
 # Every value of each runtime knob: splits (0 = automatic; 1..16 cluster parts on sm_90, clamped to 8 where the device
-# cannot co-schedule 16; 1 before sm_90); swizzle and raster are ignored.
-KNOB_SPACE: dict[str, tuple] = {"splits": tuple(range(MAX_SPLITS + 1)), "swizzle": (0,), "raster": (0,)}
+# cannot co-schedule 16; 17..64 across the grid where it fits; 1 before sm_90); swizzle and raster are ignored.
+KNOB_SPACE: dict[str, tuple] = {"splits": tuple(range(MAX_GRID_SPLITS + 1)), "swizzle": (0,), "raster": (0,)}
 
 
 class WarpLayout(NamedTuple):
@@ -110,13 +116,15 @@ def warp_layout(cfg: HgemmConfig) -> WarpLayout:
 
 
 class LaunchPlan(NamedTuple):
-    """What one launch uses (TinyGemm::plan in tiny_gemm.cuh, given its split count)."""
+    """What one launch uses (TinyGemm::plan in tiny_gemm.cuh, given its split count): per CTA, and the grid-wide
+    split's fp32 workspace slots per output tile (0 in a cluster)."""
 
     tiles_per_split: int
     warp_groups: int
     stages: int
     threads: int
     smem_bytes: int
+    workspace_bytes_per_tile: int = 0
 
 
 def stage_bytes(cfg: HgemmConfig) -> int:
@@ -152,15 +160,22 @@ def smem_bytes(cfg: HgemmConfig) -> int:
 
 
 def launch_plan(cfg: HgemmConfig, k: int, splits: int) -> LaunchPlan:
-    """The launcher's rule for depth `k` split over `splits` CTAs (as TinyGemm::splits chose it): ceil(K tiles /
-    splits) tiles per CTA; K groups only when that K range exceeds MAX_WARP_CHAIN_K; stage buffers for the whole range
-    when it fits `stages`, else `stages`; a receive buffer only with several sources."""
+    """The launcher's rule for depth `k` split over `splits` CTAs (as TinyGemm::splits chose it, on a device that
+    co-schedules clusters of 16): ceil(K tiles / splits) tiles per CTA; K groups only when that K range exceeds
+    MAX_WARP_CHAIN_K; stage buffers for the whole range when it fits `stages`, else `stages`; a receive buffer only
+    with several sources in a CTA or a cluster; beyond MAX_SPLITS the partials meet in the workspace instead (per
+    tile: splits owners x splits * groups sources x ceil(tile_m / splits) rows of tile_n + RECV_PAD floats)."""
     tiles = math.ceil(math.ceil(k / cfg.tile_k) / splits)
     layout = warp_layout(cfg)
     groups = layout.k if tiles * cfg.tile_k > MAX_WARP_CHAIN_K else 1
     stages = min(cfg.stages, tiles)
+    threads = layout.m * layout.n * groups * 32
+    if splits > MAX_SPLITS:
+        rows = math.ceil(cfg.tile_m / splits)
+        workspace = splits * splits * groups * rows * (cfg.tile_n + RECV_PAD) * 4
+        return LaunchPlan(tiles, groups, stages, threads, stages * stage_bytes(cfg), workspace)
     smem = stages * stage_bytes(cfg) + receive_bytes(cfg, groups, splits)
-    return LaunchPlan(tiles, groups, stages, layout.m * layout.n * groups * 32, smem)
+    return LaunchPlan(tiles, groups, stages, threads, smem)
 
 
 def registers(cfg: HgemmConfig) -> int:

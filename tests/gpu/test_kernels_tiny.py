@@ -43,7 +43,12 @@ LONG_K_SHAPES = [(64, 256, 4096), (128, 64, 8192), (128, 1024, 16384), (256, 102
 ODD_SHAPES = [(1, 1, 8), (7, 65, 1000), (33, 97, 136), (65, 1000, 8), (129, 31, 4104), (97, 200, 520), (17, 23, 24)]
 # The harness checks a kernel can pass: "layouts" breaks 16-byte alignment on purpose, which the family refuses.
 CHECKS = ("random", "exact", "exact_small_k", "guards", "determinism", "stream", "graph")
-SPLITS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 64)  # 64: clamped to 16 (8 where 16 cannot be co-scheduled)
+# Above 16: split across the grid (a cooperative launch) where every CTA fits on the GPU at once, else clamped to a
+# cluster (16, or 8 where 16 cannot be co-scheduled).
+SPLITS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 24, 64)
+GRID_SPLITS = (24, 32, 64)
+# Long K on few output tiles: where the grid-wide split runs (its CTAs fit on the GPU at once).
+GRID_SHAPES = [(64, 64, 16384), (64, 128, 8192), (33, 40, 12296)]
 STATUS_UNSUPPORTED = 1
 
 
@@ -103,8 +108,9 @@ def test_issue_shapes_pass_the_harness(kernels, layout, dtype, with_bias):
 
 @pytest.mark.parametrize("splits", SPLITS)
 def test_every_split_count_passes_the_harness(kernels, splits):
-    """Each cluster size (and the clamp above 16) on a long-K problem and on odd shapes, with bias: fewer valid rows
-    than split CTAs (5 rows over up to 16 owners), M and N residues, K not a multiple of the K tile."""
+    """Each cluster size (and above 16 the grid-wide split, or its clamp) on a long-K problem and on odd shapes, with
+    bias: fewer valid rows than split CTAs (5 rows over up to 64 owners), M and N residues, K not a multiple of the K
+    tile."""
     for kernel in kernels.values():
         shapes = [(64, 256, 4096), (67, 136, 4104), (5, 40, 4096)] + ([(33, 97, 1000)] if kernel.layout == "nt" else [])
         assert_checks_pass(kernel, shapes, True, splits, checks=("random", "exact", "guards", "determinism"))
@@ -131,7 +137,7 @@ def test_odd_shapes_with_padded_rows(kernels, layout, dtype):
                 assert beyond.isnan().all(), f"{kernel.name} {m}x{n}x{k}: wrote past N"
 
 
-@pytest.mark.parametrize("splits", [0, 1, 3, 4, 8, 12, 16])
+@pytest.mark.parametrize("splits", [0, 1, 3, 4, 8, 12, 16, 32, 64])
 def test_exact_integers_with_integer_bias(kernels, splits):
     """0/1 operands with sums above 2048 and an integer bias: dtype(exact) bit for bit (a K tile summed twice or
     missed, or a bias added per split, changes the result)."""
@@ -145,13 +151,40 @@ def test_exact_integers_with_integer_bias(kernels, splits):
         assert torch.equal(out, expected), f"{kernel.name} splits={splits}: {(out != expected).sum().item()} differ"
 
 
-def test_no_workspace_at_any_split(kernels):
+def test_workspace_only_for_the_grid_wide_split(kernels):
+    """No workspace within a cluster; the grid-wide split asks for its partial slots (the model's bytes per output
+    tile) and refuses to launch with less; on sm_90 it runs on the few output tiles of a long-K problem."""
+    grid_wide = 0
     for kernel in kernels.values():
-        a, b, _ = random_inputs((128, 1024, 16384), kernel.layout, kernel.dtype, False, 0, "cuda")
-        out = torch.empty(128, 1024, dtype=kernel.dtype, device="cuda")
+        cfg = HgemmConfig.from_name(kernel.name)
+        m, n, k = 64, 64, 16384
+        a, b, _ = random_inputs((m, n, k), kernel.layout, kernel.dtype, False, 0, "cuda")
+        out = torch.empty(m, n, dtype=kernel.dtype, device="cuda")
         for splits in SPLITS:
             p = kernel.problem(a, b, out, splits=splits)
-            assert kernel.can_implement(p) and kernel.workspace_size(p) == 0, (kernel.name, splits)
+            need = kernel.workspace_size(p)
+            assert kernel.can_implement(p), (kernel.name, splits)
+            if splits <= tiny.MAX_SPLITS:
+                assert need == 0, (kernel.name, splits)
+            elif need:
+                tiles = -(-m // cfg.tile_m) * -(-n // cfg.tile_n)
+                per_tile = [tiny.launch_plan(cfg, k, s).workspace_bytes_per_tile
+                            for s in range(tiny.MAX_SPLITS + 1, splits + 1)]
+                assert need in {tiles * b for b in per_tile}, (kernel.name, splits, need)
+                small = torch.empty(need - 16, dtype=torch.uint8, device="cuda")
+                assert kernel.launch(kernel.problem(a, b, out, splits=splits, workspace=small)) == 2, kernel.name
+                grid_wide += 1
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert grid_wide > 0, "no kernel ran the grid-wide split on a long-K problem of one output tile or four"
+
+
+@pytest.mark.parametrize("splits", GRID_SPLITS)
+def test_grid_wide_split_passes_the_harness(kernels, splits):
+    """The grid-wide split (a cooperative launch exchanging partials through the caller's workspace, fenced by guard
+    regions) through every check: random and exact inputs, guards, determinism, the caller's stream and CUDA-graph
+    capture, with bias."""
+    for kernel in kernels.values():
+        assert_checks_pass(kernel, GRID_SHAPES, True, splits)
 
 
 def test_rejects_unsupported(kernels):

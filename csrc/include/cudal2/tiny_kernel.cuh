@@ -14,9 +14,15 @@
 // receive buffer in shared memory past the stages used: every warp group writes its partial tile there (with several
 // splits on sm_90 the split CTAs of a tile form a thread-block cluster, and each CTA writes the rows another CTA owns
 // straight into that CTA's buffer), one barrier, then each CTA sums the rows it owns over the sources in a fixed order
-// and stores them. No workspace, no second kernel, bitwise deterministic.
+// and stores them. No workspace, no second kernel, bitwise deterministic. More split CTAs than a cluster holds reduce
+// across the grid instead (a cooperative launch, every CTA resident at once): each writes its partial rows into the
+// owners' slots of a caller-provided fp32 workspace, one grid barrier, then each CTA sums the rows it owns the same way
+// (reading the workspace past L1). Still one kernel and deterministic; the workspace is written before it is read, so
+// its contents at entry do not matter.
 #ifndef CUDAL2_TINY_KERNEL_CUH_
 #define CUDAL2_TINY_KERNEL_CUH_
+
+#include <cooperative_groups.h>
 
 #include "cudal2/cluster_exchange.cuh"
 #include "cudal2/cluster_splitk.cuh"
@@ -115,7 +121,9 @@ struct Params {
   const T* bias;  // [N] or nullptr
   int m, n, k;
   long long lda, ldb, ldd;
-  int splits;           // CTAs per output tile along K (grid z); > 1 only as a cluster on sm_90
+  int splits;           // CTAs per output tile along K (grid z); > 1 as a cluster on sm_90, or across the grid
+  float* partials;      // grid-wide split: the fp32 workspace of every tile's partial rows (grid_partial_floats());
+                        // nullptr when the split CTAs of a tile form a cluster (or there is no split)
   int tiles_per_split;  // K tiles of each split (the last one possibly fewer)
   int warp_groups;      // 1 or Traits::kWarpsK: K groups of covering warps (blockDim = kWarpsMN * warp_groups warps)
   bool vector_store;    // D 16-byte aligned with ldd % 8 == 0: 8 outputs of a row in one 16-byte store
@@ -337,6 +345,31 @@ struct Ownership {
   int splits, rank, rows_per_owner;
 };
 
+// Floats of the grid-wide split's workspace slots of one tile: for each owner (split rank) and each source (split
+// rank, warp group) that owner's ceil(kTileM / splits) rows of kRecvPitch floats, as a cluster's receive buffers hold
+// them.
+template <class Tr>
+__host__ __device__ constexpr long long grid_tile_floats(int splits, int groups) {
+  return static_cast<long long>(splits) * splits * groups * ceil_div(Tr::kTileM, splits) * Tr::kRecvPitch;
+}
+
+// Writes this warp group's partial tile into the rows' owners' slots of the grid-wide workspace (`tile_slots`: this
+// tile's grid_tile_floats() floats), then meets every CTA of the grid at one barrier: afterwards every source's
+// partials are visible to every owner. Every thread of every CTA must call it (the grid barrier).
+template <class Tr, int kGroups>
+__device__ __forceinline__ void exchange_partials_grid(const float (&acc)[Tr::kMmaM][Tr::kMmaN][4], float* tile_slots,
+                                                       const Ownership& own, int wm, int wn, int wk) {
+  const int source_floats = own.rows_per_owner * Tr::kRecvPitch;  // a tile's slots fit in 32 bits
+  const int owner_floats = source_floats * own.splits * kGroups;
+  float* slot = tile_slots + (own.rank * kGroups + wk) * source_floats;
+  for_each_pair<Tr>(acc, wm, wn, [&](int r, int c, float v0, float v1) {
+    *reinterpret_cast<float2*>(slot + (r % own.splits) * owner_floats + (r / own.splits) * Tr::kRecvPitch + c) =
+        make_float2(v0, v1);
+  });
+  __threadfence();
+  cooperative_groups::this_grid().sync();
+}
+
 // Writes this warp group's partial tile into the receive buffers of the rows' owners (remote shared memory when
 // split over a cluster) and waits until every source's partials have landed. `recv` is this CTA's receive buffer
 // (the same offset in every CTA of the cluster).
@@ -358,9 +391,18 @@ __device__ __forceinline__ void exchange_partials(const float (&acc)[Tr::kMmaM][
   cluster_sync();
 }
 
+// Four floats of a receive buffer: shared memory, or (kGlobal) the grid-wide workspace, read past L1 (other SMs
+// wrote it during this kernel).
+template <bool kGlobal>
+__device__ __forceinline__ float4 load_partial(const float* src) {
+  if (kGlobal) return __ldcg(reinterpret_cast<const float4*>(src));
+  return *reinterpret_cast<const float4*>(src);
+}
+
 // Sums, for each row this CTA owns and each 4-column chunk, the partials of every source in source order (exact
-// fp32 adds in a fixed order: deterministic) and stores them with the bias.
-template <class T, class Tr, int kThreads>
+// fp32 adds in a fixed order: deterministic) and stores them with the bias. `recv` is this owner's receive buffer, in
+// shared memory or (kGlobal) its slots of the grid-wide workspace.
+template <class T, class Tr, int kThreads, bool kGlobal>
 __device__ __forceinline__ void reduce_owned_rows(const Params<T>& p, const float* recv, const Ownership& own,
                                                   int sources, int m0, int n0) {
   constexpr int kChunks = Tr::kTileN / 4;
@@ -376,8 +418,7 @@ __device__ __forceinline__ void reduce_owned_rows(const Params<T>& p, const floa
       float4 v[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {  // all loads first, then the adds in source order
-        v[j] = s0 + j < sources ? *reinterpret_cast<const float4*>(src + (s0 + j) * source_stride)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j] = s0 + j < sources ? load_partial<kGlobal>(src + (s0 + j) * source_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
@@ -400,14 +441,15 @@ template <class T, class Tr, int kGroups>
 __device__ __forceinline__ void run_cta(const Params<T>& p, unsigned char* smem_raw) {
   constexpr int kThreads = Tr::kWarpsMN * kGroups * 32;
   T* smem = reinterpret_cast<T*>(smem_raw);
-  const bool clustered = p.splits > 1;
+  const bool grid_wide = p.partials != nullptr;
+  const bool clustered = p.splits > 1 && !grid_wide;
   if (clustered) cluster_arrive_relaxed();  // its wait, before the first remote store, proves the cluster started
   const int warp = threadIdx.x >> 5, wmn = warp % Tr::kWarpsMN, wk = warp / Tr::kWarpsMN;
   const int wm = wmn / Tr::kWarpsN, wn = wmn % Tr::kWarpsN;
   const int n0 = blockIdx.x * Tr::kTileN, m0 = blockIdx.y * Tr::kTileM;
   const int tile_begin = blockIdx.z * p.tiles_per_split;
   const int num_tiles = min_int(ceil_div(p.k, Tr::kTileK) - tile_begin, p.tiles_per_split);  // >= 1 (host)
-  const bool from_registers = kGroups == 1 && !clustered;
+  const bool from_registers = kGroups == 1 && p.splits == 1;
 
   float acc[Tr::kMmaM][Tr::kMmaN][4] = {};
   float bias[Tr::kMmaN][2];
@@ -440,11 +482,19 @@ __device__ __forceinline__ void run_cta(const Params<T>& p, unsigned char* smem_
     store_from_registers<T, Tr>(p, acc, bias, m0, n0, wm, wn);
     return;
   }
+  if (grid_wide) {  // split CTAs of a tile: blockIdx.z, their partials in the workspace slots of the tile
+    const Ownership own{p.splits, static_cast<int>(blockIdx.z), ceil_div(Tr::kTileM, p.splits)};
+    float* tile_slots = p.partials + (blockIdx.y * gridDim.x + blockIdx.x) * grid_tile_floats<Tr>(p.splits, kGroups);
+    exchange_partials_grid<Tr, kGroups>(acc, tile_slots, own, wm, wn, wk);
+    const int owner_floats = own.rows_per_owner * Tr::kRecvPitch * p.splits * kGroups;
+    reduce_owned_rows<T, Tr, kThreads, true>(p, tile_slots + own.rank * owner_floats, own, p.splits * kGroups, m0, n0);
+    return;
+  }
   // The receive buffer lies past the stages this launch uses: nothing to wait for before writing it.
   float* recv = reinterpret_cast<float*>(smem_raw + min_int(Tr::kStages, p.tiles_per_split) * Tr::kStageBytes);
   const Ownership own{p.splits, clustered ? static_cast<int>(cluster_rank()) : 0, ceil_div(Tr::kTileM, p.splits)};
   exchange_partials<Tr, kGroups>(acc, recv, own, wm, wn, wk);
-  reduce_owned_rows<T, Tr, kThreads>(p, recv, own, p.splits * kGroups, m0, n0);
+  reduce_owned_rows<T, Tr, kThreads, false>(p, recv, own, p.splits * kGroups, m0, n0);
 }
 
 template <class T, class Tr>
