@@ -90,12 +90,18 @@ def withhold(table: dict, records: dict[str, set[str | None]],
     `withheld_unsanitized` lists those kernels, with those an earlier pass withheld that are still not sanitized (absent
     when none)."""
     verdicts: dict[str, bool] = {}
+
+    def clean(name: str) -> bool:  # judged once per kernel (a table names each kernel in many entries)
+        if name not in verdicts:
+            verdicts[name] = sanitized(name, records, code_of)
+        return verdicts[name]
+
     entries = {}
     withheld = {name for name in table["header"].get("withheld_unsanitized", [])  # an earlier pass's, still unsanitized
-                if not verdicts.setdefault(name, sanitized(name, records, code_of))}
+                if not clean(name)}
     for key, entry in table["entries"].items():
         name = entry.get("kernel")
-        if name and not verdicts.setdefault(name, sanitized(name, records, code_of)):
+        if name and not clean(name):
             withheld.add(name)
             entry = {field: value for field, value in entry.items() if field not in KERNEL_FIELDS}
             if not entry.get("cublaslt"):

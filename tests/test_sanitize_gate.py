@@ -50,6 +50,15 @@ def test_withheld_entries_keep_their_cublaslt_configuration_or_leave():
         {"header": {}, "entries": {"k": {"kernel": "k_ok"}}}, records, code_of=lambda name: None)["header"]
 
 
+def test_each_kernel_is_judged_once_however_many_entries_name_it():
+    table = {"header": {}, "entries": {f"nt_fp16_{m}_64_64": {"kernel": "k" + str(m % 2)} for m in range(1, 41)}}
+    judged = []
+    code_of = lambda name: judged.append(name) or "d"  # noqa: E731
+    gated = sanitize_gate.withhold(table, {"k0": {"d"}, "k1": {"other"}}, code_of=code_of)
+    assert sorted(judged) == ["k0", "k1"]
+    assert gated["header"] == {"withheld_unsanitized": ["k1"]} and len(gated["entries"]) == 20
+
+
 def test_the_code_digest_follows_the_source_and_its_headers(tmp_path, monkeypatch):
     include = tmp_path / "include"
     (include / "cudal2").mkdir(parents=True)
