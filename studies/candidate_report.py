@@ -16,7 +16,7 @@ import dataclasses
 from pathlib import Path
 
 from cudal2_catalog.config import DEFAULT_KNOBS, FAMILY_FIELDS, HgemmConfig, Knobs
-from cudal2_testing.measure.summary import geomean
+from cudal2_testing.measure.summary import geomean, markdown_table
 from search.table_select import DEFAULT_MARGIN, best_candidate, from_sweep_rows, read_sweep
 
 
@@ -67,13 +67,13 @@ def twin_speedups(rows: list[dict], candidates: set[str]) -> dict[str, list[floa
     """{candidate: [twin time / candidate time on each problem where both ran correctly at default knobs]} for the
     candidates with a default-code twin (> 1: the code-level choice is faster)."""
     out: dict[str, list[float]] = {}
+    timed = [{c["kernel"]: c["us"] for c in row["candidates"]  # per row: correct times at default knobs
+              if c.get("correct") and c.get("us") and Knobs.from_dict(c) == DEFAULT_KNOBS} for row in rows]
     for name in sorted(candidates):
         twin = default_code_twin(name)
         if twin is None:
             continue
-        for row in rows:
-            us = {c["kernel"]: c["us"] for c in row["candidates"]
-                  if c.get("correct") and c.get("us") and Knobs.from_dict(c) == DEFAULT_KNOBS}
+        for us in timed:
             if name in us and twin in us:
                 out.setdefault(name, []).append(us[twin] / us[name])
     return out
@@ -116,9 +116,10 @@ def markdown(doc: dict, candidates: set[str], margin: float = DEFAULT_MARGIN) ->
     if twins:
         lines += ["", "Each candidate against its default-code twin (the same kernel with every code-level field at its "
                   "default), both correct at default knobs: twin time / candidate time (> 1: the code-level choice is "
-                  "faster)", "", "| candidate | twin | problems | geomean | min | max |", "|---|---|---|---|---|---|"]
-        lines += [f"| `{name}` | `{default_code_twin(name)}` | {len(r)} | {geomean(r):.3f} | {min(r):.3f} | "
-                  f"{max(r):.3f} |" for name, r in twins.items()]
+                  "faster)", ""]
+        lines += markdown_table(["candidate", "twin", "problems", "geomean", "min", "max"],
+                                [[f"`{name}`", f"`{default_code_twin(name)}`", len(r), f"{geomean(r):.3f}",
+                                  f"{min(r):.3f}", f"{max(r):.3f}"] for name, r in twins.items()])
     return "\n".join(lines) + "\n"
 
 
