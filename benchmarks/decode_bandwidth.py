@@ -7,9 +7,9 @@ CUDA graph the copy runs on the copy engines, which are slower); every % is of t
 read-mostly GEMM can exceed it slightly. Cold weights: each problem rotates over input sets (activation, weight,
 output) totalling more than 4x the L2, so no call finds its weight in L2; bytes per call = (M*K + N*K + M*N) * 2.
 Candidates: cudal2 as a user's call runs it (`_C.linear_out`: the dispatcher with the installed table, whatever it
-picks; the library's own figure), cuBLASLt with its top heuristic algorithm and autotuned (`_C.testing.cublaslt_matmul`;
-autotune tunes on the first call), and every loaded decode kernel of the dtype and layout at splits 0 (the kernel's own choice), 1, 2, 4,
-8 and 16 (values the kernel rejects are skipped). Each candidate first runs once on set 0 with a NaN-poisoned output
+picks; the library's own figure), cuBLASLt with its top heuristic algorithm and autotuned
+(`_C.testing.cublaslt_matmul`; autotune tunes on the first call), and every loaded decode kernel of the dtype and
+layout at splits 0 (the kernel's own choice), 1, 2, 4, 8 and 16 (values the kernel rejects are skipped). Each candidate first runs once on set 0 with a NaN-poisoned output
 against the fp32 reference (relative Frobenius error <= 1e-3 fp16 / 8e-3 bf16); an incorrect one is recorded and not
 timed. Timing is kernel mode (cudal2_testing/measure/timing.py: CUDA-graph replay of R calls rotating over the sets,
 median per call). Shapes are visited in an order whose every prefix is spread over the list, so a run cut by
@@ -137,7 +137,8 @@ def verdicts(summary: dict) -> list[dict]:
 
 
 def weight_stream(kernel: str) -> str:
-    """The weight stream of a decode kernel by its name (cudal2_catalog's `weight_stream`; "cp.async" for the default)."""
+    """The weight stream of a decode kernel by its name (cudal2_catalog's `weight_stream`; "cp.async" for the
+    default)."""
     return HgemmConfig.from_name(kernel).weight_stream or "cp.async"
 
 

@@ -1,8 +1,9 @@
 """The latency floor of small GEMMs: what any kernel must pay, beside what cuBLASLt-autotune and the tiny family pay.
 
-Problems: the G1000 shapes (cudal2_testing/measure/shapes.py) with M*N*K <= 2^--max-log2-mnk (default 26) and K >=
---min-k (default 0), per layout and dtype, visited smallest first; warm L2, the same inputs every call. Per problem, in kernel mode
-(cudal2_testing.kernel_timing.time_call: CUDA-graph replay of R back-to-back calls, CUDA events, median per call):
+Problems: the G1000 shapes (cudal2_testing/measure/shapes.py) with M*N*K <= 2^--max-log2-mnk (default 26) and
+K >= --min-k (default 0), per layout and dtype, visited smallest first; warm L2, the same inputs every call. Per
+problem, in kernel mode (cudal2_testing.kernel_timing.time_call: CUDA-graph replay of R back-to-back calls, CUDA
+events, median per call):
   empty_us      an empty kernel (1 CTA of 32 threads): the cost of a kernel node itself, measured once per run
                 before the problems and once after them (both recorded; fractions use the first);
   move_us       a kernel that only moves the problem's data: reads every byte of A and B once and writes every element
