@@ -8,7 +8,11 @@
 # G1000 shapes with M*N*K < 2^30, kernel mode below 2^32), search (python -m search run with the RL policy warm-started, then random search at the same
 # evaluation budget, SEARCH_PER_PROBLEM (16) per problem of SEARCH_SHAPES (sample20), into OUT_DIR/search.sqlite, the two
 # runs within SEARCH_MINUTES (4) together; SEARCH_MAX_BUILDS (0: built kernels and their knobs only, no nvcc on the GPU's
-# clock; prepare builds ahead with `python -m search run --compile-only`); then the run report and its throughput rows), search-emit (the searched table and kernel sources from that store, then a rebuild), sweep, sweep-cold, fuzz, sanitize (compute-sanitizer memcheck of every library kernel, or of $SANITIZE_FAMILIES /
+# clock; prepare builds ahead with `python -m search run --compile-only`); then the run report and its throughput rows),
+# search-table (one dtype and layout of a searched table, continued from KEEP_DIR: see the stage), search-emit (the searched
+# table and kernel sources from that store, then a rebuild), new-kernels (the kernels $TUNE_SWEEPS measured faster than
+# cuBLASLt-autotune that the library lacks, or $NEW_KERNELS: built alone into build/new_kernels.so, GPU-tested, sanitized;
+# CUDAL2_KERNEL_LIBS=build/new_kernels.so lets tune-grid time them), sweep, sweep-cold, fuzz, sanitize (compute-sanitizer memcheck of every library kernel, or of $SANITIZE_FAMILIES /
 # $SANITIZE_SAMPLE of them, or with SANITIZE_WITHHELD=1 of those the shipped table's sanitizer gate withheld, and racecheck of $SANITIZE_RACECHECK, default tiny), bench-kernel,
 # bench-after (G1000 sample100 in kernel mode back to back and after a non-GEMM kernel that writes A, PDL off then on:
 # g1000_after_pdl0.json / g1000_after_pdl1.json), bench-offline, bench-server, bench-llm, decode-bw,
@@ -26,13 +30,13 @@
 # tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, $TUNE_LAYOUTS (NN,NT), $TUNE_DTYPES, into
 # OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files and search stores (any GPU's) whose fastest kernels per problem are timed too;
 # $TUNE_MIN_LOG2_MNK / $TUNE_MAX_LOG2_MNK, only problems above / up to that size, the base table's ($TUNE_BASE, default
-# the committed table; OUT_DIR's own table to tune it in parts) entries kept for the rest; $TUNE_BUDGET_S, no problem started after that; $TUNE_MISSING_ONLY=1, only problems the base table lacks; $TUNE_GRID_UP_TO, every kernel at each knob
+# the committed table; OUT_DIR's own table to tune it in parts) entries kept for the rest; $TUNE_BUDGET_S, no problem started after that; $TUNE_MISSING_ONLY=1, only problems the base table lacks; $TUNE_SWEEP_PROBLEMS_ONLY=1, only problems where $TUNE_SWEEPS found a kernel under the bar; $TUNE_GRID_UP_TO, every kernel at each knob
 # variant on problems up to that size; $TUNE_KNOBS_FROM, the table's and the sweeps' kernels at each knob variant above it), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), consistency (benchmarks.lt_candidate_consistency: the tuner's and the benchmark's
 # timing of every cuBLASLt candidate of the problems the tuner mis-timed), gate (the sanitizer gate on OUT_DIR's table, with OUT_DIR's sanitizer
 # reports beside the committed ones: run it before bench-tuned), profile (benchmarks.profile_small: Nsight
 # Compute on the floor kernel, cuBLASLt-autotune and the best tiny kernel of a few small problems), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
-# cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; $TUNED_DTYPES, $TUNED_LAYOUTS (one lane per
+# cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; $TUNED_BELOW, only problems below that log2(MNK); $TUNED_DTYPES, $TUNED_LAYOUTS (one lane per
 # dtype and layout on a multi-GPU host), $TUNED_TABLE (another table); a results file already in OUT_DIR is continued,
 # so a run cut by the stage limit goes on in the next call), tune-merge (the lanes' tunings as one table, $TUNE_PARTS). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
 # problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
@@ -59,6 +63,9 @@ mkdir -p "$OUT_DIR"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 SUMMARY="$OUT_DIR/summary.txt"
+# the sweeps a warm-started rl policy is fit to (budget-hw, search-table): both GPU models' main sweeps and the H100's tiny one
+WARM_SWEEPS="benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz
+  benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz"
 PROTOCOL_IMPLS=${PROTOCOL_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn}
 # bench-tuned: the same-layout bars and their independent repeats (the noise floor of docs/EVALUATION.md)
 TUNED_IMPLS=${TUNED_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn,cublaslt-autotune-nn-repeat,cublaslt-autotune-tn-repeat}
@@ -76,6 +83,18 @@ stage() {  # stage NAME COMMAND...: runs COMMAND with its log in OUT_DIR/NAME.lo
   echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$SUMMARY"
   tail -n 4 "$OUT_DIR/$name.log" | sed "s/^/  [$name] /" | tee -a "$SUMMARY"
   return $rc
+}
+
+# check_kernels NAME KERNELS LIB: kernel configs KERNELS (comma-separated) generated, built alone into LIB, GPU-tested
+# and sanitized (OUT_DIR/NAME_sanitize.json)
+check_kernels() {
+  local name=$1 names=$2 lib=$3
+  stage "${name}_build" bash -c "$PY -m cudal2_catalog.codegen --names ${names//,/ } &&
+    $PY -m build_tools.kernel_lib --names ${names//,/ } --out $lib" || return 1
+  CUDAL2_TEST_KERNEL_LIB=$lib stage "${name}_tests" "$PY" -m pytest -q -m gpu tests/gpu/test_kernels_sm90_tma_ws.py \
+    tests/gpu/test_kernels_sm80_cute.py tests/gpu/test_kernels_decode.py tests/gpu/test_kernels_tiny.py --no-header -rfE
+  stage "${name}_sanitize" "$PY" scripts/sanitize_kernels.py --lib "$lib" --racecheck-families tiny \
+    --out "$OUT_DIR/${name}_sanitize.json"
 }
 
 run_stage() {
@@ -125,19 +144,34 @@ run_stage() {
                       stage e2e_lowering_$v "$PY" -m benchmarks.e2e --out "$OUT_DIR/e2e_lowering_$v" \
                       --modes compile,compile+graph --prefill-batches "" --budget-s "${E2E_BUDGET_S:-120}"
                   done ;;
-    candidates) local names=${CANDIDATES:?CANDIDATES names the kernel configs to try} lib=build/candidates.so
-                stage candidates_build bash -c "$PY -m cudal2_catalog.codegen --names ${names//,/ } &&
-                  $PY -m build_tools.kernel_lib --names ${names//,/ } --out $lib" &&
-                CUDAL2_TEST_KERNEL_LIB=$lib stage candidates_tests "$PY" -m pytest -q -m gpu tests/gpu/test_kernels_sm90_tma_ws.py \
-                  tests/gpu/test_kernels_sm80_cute.py tests/gpu/test_kernels_decode.py tests/gpu/test_kernels_tiny.py \
-                  --no-header -rfE
-                stage candidates_sanitize "$PY" scripts/sanitize_kernels.py --lib $lib --racecheck-families tiny \
-                  --out "$OUT_DIR/candidates_sanitize.json"
-                CUDAL2_KERNEL_LIBS=$lib CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage candidates_sweep "$PY" -m search.sweep \
+    candidates) local names=${CANDIDATES:?CANDIDATES names the kernel configs to try}
+                check_kernels candidates "$names" build/candidates.so
+                CUDAL2_KERNEL_LIBS=build/candidates.so CUDAL2_DISABLE_PDL=${CUDAL2_DISABLE_PDL:-1} stage candidates_sweep "$PY" -m search.sweep \
                   ${CANDIDATES_SWEEP_ARGS:---cold-weights --sample 0 --max-log2-mnk 0 --min-m ${CANDIDATES_MIN_M:-1} --max-m ${CANDIDATES_MAX_M:-64}} \
                   --out "$OUT_DIR/sweep_candidates.json" --budget-s "${SWEEP_BUDGET_S:-600}" &&
                 stage candidates_report "$PY" -m studies.candidate_report "$OUT_DIR/sweep_candidates.json" \
                   --candidates "$names" --out "$OUT_DIR/candidates_report.md" ;;
+    new-kernels) local names=${NEW_KERNELS:-$("$PY" scripts/tune_grid.py --missing-kernels --sweeps ${TUNE_SWEEPS:?} | paste -sd,)}
+                 if [ -z "$names" ]; then echo "new-kernels: none" | tee -a "$SUMMARY"
+                 else echo "new-kernels: $names" >>"$SUMMARY"; check_kernels new_kernels "$names" build/new_kernels.so; fi ;;
+    search-table) # one dtype and layout of a searched table: the rl policy warm-started (SEARCH_WARM_START) on
+                  # SEARCH_SHAPES (g1000+llm) below SEARCH_MAX_LOG2_MNK (32), SEARCH_MINUTES (6) of the run's own time (summed over resumes: a next call gives the new total),
+                  # SEARCH_MAX_BUILDS (16) new builds; its store search_<dtype>_<layout>.sqlite in KEEP_DIR (a next call
+                  # resumes it) and OUT_DIR
+      local case=${SEARCH_DTYPE:-fp16}_${SEARCH_LAYOUT:-nt} dir=${KEEP_DIR:-$OUT_DIR} minutes=${SEARCH_MINUTES:-6}
+      local store; mkdir -p "$dir"; store="$dir/search_$case.sqlite"
+      read -r -a warm <<<"${SEARCH_WARM_START:-$WARM_SWEEPS}"
+      local cmd run_id
+      if [ -f "$store" ]; then  # the latest run, finished or not: SEARCH_MINUTES is its new total
+        run_id=$("$PY" -c "import sys; from search.store import Store; print(Store(sys.argv[1], readonly=True).runs()[-1]['id'])" \
+          "$store") || return 1
+        cmd=(resume --store "$store" --run "$run_id" --backend local --artifacts build/search)
+      else cmd=(run --arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
+        --shapes "${SEARCH_SHAPES:-g1000+llm}" --max-log2-mnk "${SEARCH_MAX_LOG2_MNK:-32}" --policy rl
+        --backend local --artifacts build/search --store "$store" --seed "${SEARCH_SEED:-0}" --warm-start "${warm[@]}"); fi
+      STAGE_TIMEOUT=$("$PY" -c "print(int(${minutes} * 60 + 150))") stage "search_table_$case" "$PY" -m search \
+        "${cmd[@]}" --budget-minutes "$minutes" --max-builds "${SEARCH_MAX_BUILDS:-16}" --quiet
+      [ "$dir" = "$OUT_DIR" ] || cp "$store" "$OUT_DIR/" ;;
     search) # rl warm-started vs random at SEARCH_PER_PROBLEM (16) evaluations per problem of SEARCH_SHAPES, the whole
             # stage within SEARCH_MINUTES (half each, judge start-up and the report on top: about 1.5 min more)
             local store="$OUT_DIR/search.sqlite" minutes=${SEARCH_MINUTES:-4} per=${SEARCH_PER_PROBLEM:-16}
@@ -163,11 +197,10 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                # that the next call goes on; no round starts after BUDGET_HW_MINUTES (7); BUDGET_HW_ARGS adds options
                local stores=${KEEP_DIR:-$OUT_DIR}/budget_hw minutes=${BUDGET_HW_MINUTES:-7}
                read -r -a more <<<"${BUDGET_HW_ARGS:-}"
+               read -r -a warm <<<"$WARM_SWEEPS"
                STAGE_TIMEOUT=${BUDGET_HW_TIMEOUT:-$((minutes * 60 + 180))} stage budget_hw "$PY" -m studies.budget_hardware \
                  --artifacts build/search --store-dir "$stores" --minutes "$minutes" --out "$OUT_DIR/budget_hardware.json" \
-                 --warm-from benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \
-                   benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz \
-                   benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz "${more[@]}"
+                 --warm-from "${warm[@]}" "${more[@]}"
                mkdir -p "$OUT_DIR/budget_hw" && cp "$stores"/*.sqlite "$OUT_DIR/budget_hw/" 2>/dev/null ;;
     search-emit) stage search_emit "$PY" -m search emit --store "$OUT_DIR/search.sqlite" &&
                  cp kernels/sm90/"$GPU_SLUG".json "$OUT_DIR/" && stage rebuild ./scripts/install.sh ;;
@@ -185,7 +218,7 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                  ${TUNE_MIN_LOG2_MNK:+--min-log2-mnk $TUNE_MIN_LOG2_MNK} ${TUNE_MAX_LOG2_MNK:+--max-log2-mnk $TUNE_MAX_LOG2_MNK} \
                  ${TUNE_GRID_UP_TO:+--grid-up-to $TUNE_GRID_UP_TO} ${TUNE_KNOBS_FROM:+--knobs-from $TUNE_KNOBS_FROM} \
                  ${TUNE_BUDGET_S:+--budget-s $TUNE_BUDGET_S} \
-                 ${TUNE_MISSING_ONLY:+--missing-only} ;;
+                 ${TUNE_MISSING_ONLY:+--missing-only} ${TUNE_SWEEP_PROBLEMS_ONLY:+--sweep-problems-only} ;;
     offgrid) CUDAL2_DISABLE_PDL=1 stage offgrid "$PY" scripts/check_offgrid_rule.py --table "$OUT_DIR/$GPU_SLUG.json" \
                --out "$OUT_DIR/offgrid_rule.json" --apply ;;
     route) stage route "$PY" -m benchmarks.lt_route_overhead --out "$OUT_DIR/lt_route_overhead.json" ;;
@@ -198,11 +231,11 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                  for dtype in $dtypes; do  # the tuned table of OUT_DIR (or $TUNED_TABLE), as a user's process runs it
                    CUDAL2_TABLE="${TUNED_TABLE:-$OUT_DIR/$GPU_SLUG.json}" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_g1000_$dtype$tag" \
                      "$PY" -m benchmarks.grid --shapes g1000 --layouts "$layouts" --dtypes "$dtype" --modes kernel \
-                     --impls "$TUNED_IMPLS" --out "$OUT_DIR/g1000_kernel_$dtype$tag.json" --resume
+                     --impls "$TUNED_IMPLS" ${TUNED_BELOW:+--below-mnk-log2 $TUNED_BELOW} --out "$OUT_DIR/g1000_kernel_$dtype$tag.json" --resume
                  done
                  CUDAL2_TABLE="${TUNED_TABLE:-$OUT_DIR/$GPU_SLUG.json}" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_llm$tag" "$PY" -m benchmarks.grid \
                    --shapes llm --layouts "$layouts" --dtypes "${dtypes// /,}" --modes kernel \
-                   --impls "$TUNED_IMPLS" --out "$OUT_DIR/llm_kernel$tag.json" --resume ;;
+                   --impls "$TUNED_IMPLS" ${TUNED_BELOW:+--below-mnk-log2 $TUNED_BELOW} --out "$OUT_DIR/llm_kernel$tag.json" --resume ;;
     tune-merge) # the tables of several tune-grid lanes (each tuned from the same base) as one: $TUNE_PARTS, their
                 # results files in order, over $TUNE_BASE (default the committed table), into OUT_DIR/<gpu_slug>.json
                 stage tune_merge "$PY" scripts/tune_grid.py --merge ${TUNE_PARTS:?TUNE_PARTS names tune_grid results files} \

@@ -24,13 +24,16 @@ from pathlib import Path
 
 import torch
 
-from cudal2_ops import tune
-from cudal2_ops.tables import entry_key, parse_key
-from cudal2_testing.measure import env, shapes
-from cudal2_testing.measure.stored import read_json
-from search import emit
-from search.store import is_store_file, read_store
-from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_sweep
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's packages, build_tools included
+
+from build_tools.kernel_lib import select_kernel_names  # noqa: E402
+from cudal2_ops import tune  # noqa: E402
+from cudal2_ops.tables import entry_key, parse_key  # noqa: E402
+from cudal2_testing.measure import env, shapes  # noqa: E402
+from cudal2_testing.measure.stored import read_json  # noqa: E402
+from search import emit  # noqa: E402
+from search.store import is_store_file, read_store  # noqa: E402
+from search.table_select import Measured, from_sweep_rows, merge_sweeps, read_sweep  # noqa: E402
 
 SWEEP_TOP = 3  # a sweep's fastest kernels per problem that the tuner times beside the table's
 BAND_TOP = 2   # kernels that were fastest most often in a size band, timed on every --knobs-from problem of the band
@@ -131,10 +134,12 @@ def in_band(problem: tune.Problem, min_log2_mnk: float | None, max_log2_mnk: flo
             (max_log2_mnk is None or mnk <= 2 ** max_log2_mnk))
 
 
-def wanted(problem: tune.Problem, args: argparse.Namespace, base_entries: dict) -> bool:
-    """Whether this run tunes `problem`: in the size band, and with --missing-only only where the base has no entry."""
+def wanted(problem: tune.Problem, args: argparse.Namespace, base_entries: dict, extra: dict) -> bool:
+    """Whether this run tunes `problem`: in the size band, with --missing-only only where the base has no entry, and
+    with --sweep-problems-only only where the sweeps found a kernel under its baseline (`extra`)."""
     return (in_band(problem, args.min_log2_mnk, args.max_log2_mnk) and
-            not (args.missing_only and problem.key in base_entries))
+            not (args.missing_only and problem.key in base_entries) and
+            not (args.sweep_problems_only and problem.key not in extra))
 
 
 def modes_of(problems: list[tune.Problem], grid_up_to: float | None,
@@ -169,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="fp16,bf16")
     parser.add_argument("--sample", type=int, help="a stratified sample of this many shapes per set (quick runs)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--base", type=Path, required=True, help="the table whose kernels are candidates and whose "
+    parser.add_argument("--base", type=Path, help="the table whose kernels are candidates and whose "
                         "entries are kept for problems not tuned here (the committed table of this GPU)")
-    parser.add_argument("--out", type=Path, required=True, help="the table to write")
-    parser.add_argument("--results", type=Path, required=True, help="the results file to write")
+    parser.add_argument("--out", type=Path, help="the table to write")
+    parser.add_argument("--results", type=Path, help="the results file to write")
     parser.add_argument("--margin", type=float, default=tune.DEFAULT_MARGIN)
     parser.add_argument("--sweeps", type=Path, nargs="*", default=[],
                         help="sweep results files (python -m search.sweep, .json or .json.gz) and search stores "
@@ -196,7 +201,20 @@ def main(argv: list[str] | None = None) -> int:
                         "dtype and layout) and --results as their runs together")
     parser.add_argument("--budget-s", type=float, help="start no problem after this many seconds (the results "
                         "file lists those left); problems run smallest first, but largest first in knobs mode")
+    parser.add_argument("--sweep-problems-only", action="store_true", help="tune only problems for which a --sweeps "
+                        "file measured a kernel faster than its cuBLASLt-autotune (and their other-dtype twins): a "
+                        "search's finds checked against the base table's entries")
+    parser.add_argument("--missing-kernels", action="store_true", help="tune nothing: print the kernels --sweeps "
+                        "would add that the extension's kernel set (tables and default set) lacks, one per line (to "
+                        "build them beside it: scripts/gpu_check.sh new-kernels)")
     args = parser.parse_args(argv)
+    if args.missing_kernels:
+        built = set(select_kernel_names())
+        print(*sorted({name for kernels in sweep_kernels(args.sweeps).values() for name, _ in kernels} - built),
+              sep="\n")
+        return 0
+    if None in (args.base, args.out, args.results):
+        parser.error("--base, --out and --results are required (unless --missing-kernels)")
     if not torch.cuda.is_available():
         print("tune_grid: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -217,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
                 problems = sorted((p for p in problems_of(shape_set, layout, dtype, args.sample, args.seed)
-                                   if wanted(p, args, base_entries)),
+                                   if wanted(p, args, base_entries, extra)),
                                   key=lambda p: p.m * p.n * p.k)
                 for mode, part in modes_of(problems, args.grid_up_to, args.knobs_from):
                     t0 = time.perf_counter()

@@ -99,7 +99,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         llm_proposer(args.llm)  # the endpoint's variables, checked now
     if args.memory and Path(args.memory).exists():
         text_of(Path(args.memory), "--memory")
-    problems = [Problem(ns.layout, ns.dtype, *s) for s in load_shapes(ns.shapes, ns.seed)]
+    problems = [Problem(ns.layout, ns.dtype, *s) for s in load_shapes(ns.shapes, ns.seed, ns.max_log2_mnk)]
     policy = initial_policy(args)  # reads the --warm-start files
     check_progress_bar(ns.quiet)
     if ns.store is None:
@@ -253,6 +253,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", choices=DTYPES, default="fp16")
     run.add_argument("--layout", choices=LAYOUTS, default="nt")
     run.add_argument("--shapes", default="sample100", help=SHAPES_HELP)
+    run.add_argument("--max-log2-mnk", type=number(1, 100), default=None,
+                     help="only the shapes with log2(M*N*K) below this (e.g. 32: the latency-bound sizes)")
     run.add_argument("--budget-minutes", type=number(0, low_open=True), default=None,
                      help="minutes of the run's own time (summed over resumes)")
     run.add_argument("--budget-evals", type=integer(1), default=None, help="evaluations in all")

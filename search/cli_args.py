@@ -20,7 +20,8 @@ Shape = tuple[int, int, int]
 MAX_DIM = 2**31 - 1  # cuBLAS takes int dimensions
 INTEGER = re.compile(r"\s*[+-]?\d+\s*")
 SHAPE_LINE = re.compile(r"(\d+)\s*[,\s]\s*(\d+)\s*[,\s]\s*(\d+)")
-SHAPES_HELP = "g1000, llm, sampleN (N shapes of g1000) or a file (one 'M N K' per line, or a JSON list of [M, N, K])"
+SHAPES_HELP = ("g1000, llm, sampleN (N shapes of g1000) or a file (one 'M N K' per line, or a JSON list of [M, N, K]); "
+               "several joined by '+' (g1000+llm: their union, in order)")
 
 
 def integer(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -148,9 +149,22 @@ def shapes_of_lines(path: Path, text: str) -> list[Shape]:
     return shapes
 
 
-def load_shapes(spec: str, seed: int) -> list[Shape]:
+def load_shapes(spec: str, seed: int, max_log2_mnk: float | None = None) -> list[Shape]:
     """The (M, N, K) of `--shapes`: g1000, llm, sampleN (a stratified N-shape G1000 sample, 1 <= N <= 1000) or a
-    FILE (a JSON list of [M, N, K], or one "M N K" / "M,N,K" per line). UserError names what is wrong and where."""
+    FILE (a JSON list of [M, N, K], or one "M N K" / "M,N,K" per line), or several of them joined by "+" (their union,
+    first occurrence first); with `max_log2_mnk`, only the shapes with log2(M*N*K) below it. UserError names what is
+    wrong and where."""
+    parts = [spec] if Path(spec).is_file() else spec.split("+")
+    shapes = list(dict.fromkeys(shape for part in parts for shape in shapes_of_spec(part, seed)))
+    if max_log2_mnk is not None:
+        shapes = [s for s in shapes if math.log2(s[0] * s[1] * s[2]) < max_log2_mnk]
+        if not shapes:
+            raise UserError(f"--shapes {spec}: none below log2(M*N*K) = {max_log2_mnk}")
+    return shapes
+
+
+def shapes_of_spec(spec: str, seed: int) -> list[Shape]:
+    """The shapes of one named set, sample or file of `--shapes`."""
     if spec in ("g1000", "llm"):
         return shape_sets.load(spec)
     if match := re.fullmatch(r"sample(\d+)", spec):

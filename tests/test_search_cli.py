@@ -62,6 +62,17 @@ def test_shape_sets(tmp_path):
     doc = tmp_path / "shapes.json"
     doc.write_text("[[8, 16, 32],\n [1, 1, 1]]")
     assert cli_args.load_shapes(str(doc), 0) == [(8, 16, 32), (1, 1, 1)]
+    assert cli_args.load_shapes(f"{lines}+{doc}+{lines}", 0) == [(64, 128, 256), (1, 2, 3), (8, 16, 32), (1, 1, 1)]
+    assert cli_args.load_shapes(f"{lines}+{doc}", 0, max_log2_mnk=12) == [(1, 2, 3), (1, 1, 1)]
+
+
+def test_shape_union_below_a_size():
+    union = cli_args.load_shapes("g1000+llm", 0)
+    assert len(union) == len(set(union)) > 1000 and union[:1000] == cli_args.load_shapes("g1000", 0)
+    small = cli_args.load_shapes("g1000+llm", 0, max_log2_mnk=32)
+    assert small == [s for s in union if s[0] * s[1] * s[2] < 2**32] and any(m <= 64 for m, _, _ in small)
+    with pytest.raises(UserError, match="none below"):
+        cli_args.load_shapes("g1000", 0, max_log2_mnk=2)
 
 
 def test_bad_shape_sets_say_what_is_supported(tmp_path):

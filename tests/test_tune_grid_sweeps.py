@@ -1,5 +1,6 @@
 """scripts/tune_grid.py's sweep-fed candidates: each problem's fastest kernels that beat the sweep's cuBLASLt-autotune
 (CPU; the tuner then times them beside the table's kernel on the GPU)."""
+import contextlib
 import gzip
 import importlib.util
 import json
@@ -113,10 +114,21 @@ def test_missing_only_tunes_what_the_base_lacks():
     from cudal2_ops import tune
     have, lack = tune.Problem("nt", "fp16", 64, 64, 64), tune.Problem("nt", "fp16", 128, 64, 64)
     base = {have.key: {"cublaslt": {}}}
-    args = argparse.Namespace(min_log2_mnk=None, max_log2_mnk=None, missing_only=True)
-    assert [tune_grid.wanted(p, args, base) for p in (have, lack)] == [False, True]
+    args = argparse.Namespace(min_log2_mnk=None, max_log2_mnk=None, missing_only=True, sweep_problems_only=False)
+    assert [tune_grid.wanted(p, args, base, {}) for p in (have, lack)] == [False, True]
     args.missing_only = False
-    assert [tune_grid.wanted(p, args, base) for p in (have, lack)] == [True, True]
+    assert [tune_grid.wanted(p, args, base, {}) for p in (have, lack)] == [True, True]
+
+
+def test_sweep_problems_only_tunes_the_finds():
+    """With --sweep-problems-only a search's finds are re-tuned against the base entries and nothing else is."""
+    import argparse
+    tune_grid = load_tune_grid()
+    from cudal2_ops import tune
+    found, other = tune.Problem("nt", "fp16", 64, 64, 64), tune.Problem("nt", "fp16", 128, 64, 64)
+    args = argparse.Namespace(min_log2_mnk=None, max_log2_mnk=None, missing_only=False, sweep_problems_only=True)
+    extra = {found.key: [("sm90_tiny_fp16_nt_16x16x64_s8_w4", tune.DEFAULT_KNOBS)]}
+    assert [tune_grid.wanted(p, args, {}, extra) for p in (found, other)] == [True, False]
 
 
 def test_a_search_stores_fastest_kernels_are_candidates_too(tmp_path):
@@ -124,6 +136,7 @@ def test_a_search_stores_fastest_kernels_are_candidates_too(tmp_path):
     that beat the judge's cuBLASLt-autotune (the median of the problem's baselines)."""
     import statistics
 
+    from build_tools.kernel_lib import select_kernel_names
     from search.candidate import Problem
     from search.loop import RunArgs, Search
     from search.simulate import SimulatedBackend
@@ -152,6 +165,11 @@ def test_a_search_stores_fastest_kernels_are_candidates_too(tmp_path):
         found = tune_grid.sweep_kernels([source], top=2)
         assert {k: v for k, v in found.items() if k in expected} == expected
         assert all(k.startswith("nt_bf16_") for k in set(found) - set(expected))   # the dtype twins
+    missing = tmp_path / "missing.txt"
+    with open(missing, "w") as out, contextlib.redirect_stdout(out):
+        assert tune_grid.main(["--missing-kernels", "--sweeps", str(path)]) == 0
+    named = {name for kernels in tune_grid.sweep_kernels([path]).values() for name, _ in kernels}
+    assert missing.read_text().split() == sorted(named - set(select_kernel_names()))
 
 
 def test_large_problems_time_the_found_kernels_at_every_knob_variant(monkeypatch):
