@@ -390,9 +390,12 @@ def table_header(device: int, base_header: dict | None) -> dict:
     return header
 
 
-def merge_into(path: Path, device: int, entries: dict, base: dict | None) -> dict:
-    """Writes `entries` over `base` (a table dict, or None) to `path` atomically; returns the written table."""
+def merge_into(path: Path, device: int, entries: dict, base: dict | None, name_run: bool = False) -> dict:
+    """Writes `entries` over `base` (a table dict, or None) to `path` atomically; returns the written table. With
+    `name_run` the header's `search_run` names this tuning by its time stamp ("tune-<tuned>")."""
     header = table_header(device, (base or {}).get("header"))
+    if name_run:
+        header["search_run"] = f"tune-{header['tuned']}"
     data = {"header": header, "entries": {**(base or {}).get("entries", {}), **entries}}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

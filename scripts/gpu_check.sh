@@ -155,22 +155,23 @@ run_stage() {
                  if [ -z "$names" ]; then echo "new-kernels: none" | tee -a "$SUMMARY"
                  else echo "new-kernels: $names" >>"$SUMMARY"; check_kernels new_kernels "$names" build/new_kernels.so; fi ;;
     search-table) # one dtype and layout of a searched table: the rl policy warm-started (SEARCH_WARM_START) on
-                  # SEARCH_SHAPES (g1000+llm) below SEARCH_MAX_LOG2_MNK (32), SEARCH_MINUTES (6) of the run's own time (summed over resumes: a next call gives the new total),
-                  # SEARCH_MAX_BUILDS (16) new builds; its store search_<dtype>_<layout>.sqlite in KEEP_DIR (a next call
-                  # resumes it) and OUT_DIR
+                  # SEARCH_SHAPES (g1000+llm) below SEARCH_MAX_LOG2_MNK (32), smallest first, for SEARCH_MINUTES (6) of
+                  # the run's own time, SEARCH_MAX_BUILDS (16) new builds; its store search_<dtype>_<layout>.sqlite in
+                  # KEEP_DIR and OUT_DIR; a store already in KEEP_DIR is resumed for SEARCH_MINUTES more
       local case=${SEARCH_DTYPE:-fp16}_${SEARCH_LAYOUT:-nt} dir=${KEEP_DIR:-$OUT_DIR} minutes=${SEARCH_MINUTES:-6}
       local store; mkdir -p "$dir"; store="$dir/search_$case.sqlite"
       read -r -a warm <<<"${SEARCH_WARM_START:-$WARM_SWEEPS}"
-      local cmd run_id
-      if [ -f "$store" ]; then  # the latest run, finished or not: SEARCH_MINUTES is its new total
-        run_id=$("$PY" -c "import sys; from search.store import Store; print(Store(sys.argv[1], readonly=True).runs()[-1]['id'])" \
-          "$store") || return 1
+      local cmd budget=$minutes run_id
+      if [ -f "$store" ]; then  # the latest run, finished or not, given SEARCH_MINUTES beyond what it has used
+        read -r run_id budget < <("$PY" -c "import sys; from search.store import Store
+run = Store(sys.argv[1], readonly=True).runs()[-1]; print(run['id'], round(run['elapsed_s'] / 60 + float(sys.argv[2]), 2))" \
+          "$store" "$minutes") || return 1
         cmd=(resume --store "$store" --run "$run_id" --backend local --artifacts build/search)
       else cmd=(run --arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
         --shapes "${SEARCH_SHAPES:-g1000+llm}" --max-log2-mnk "${SEARCH_MAX_LOG2_MNK:-32}" --policy rl
         --backend local --artifacts build/search --store "$store" --seed "${SEARCH_SEED:-0}" --warm-start "${warm[@]}"); fi
       STAGE_TIMEOUT=$("$PY" -c "print(int(${minutes} * 60 + 150))") stage "search_table_$case" "$PY" -m search \
-        "${cmd[@]}" --budget-minutes "$minutes" --max-builds "${SEARCH_MAX_BUILDS:-16}" --quiet
+        "${cmd[@]}" --budget-minutes "$budget" --max-builds "${SEARCH_MAX_BUILDS:-16}" --quiet
       [ "$dir" = "$OUT_DIR" ] || cp "$store" "$OUT_DIR/" ;;
     search) # rl warm-started vs random at SEARCH_PER_PROBLEM (16) evaluations per problem of SEARCH_SHAPES, the whole
             # stage within SEARCH_MINUTES (half each, judge start-up and the report on top: about 1.5 min more)

@@ -157,9 +157,7 @@ def modes_of(problems: list[tune.Problem], grid_up_to: float | None,
 def write(args: argparse.Namespace, base: dict | None, entries: dict, runs: list[dict]) -> None:
     """The table (base entries overlaid with the tuned ones) and the results file."""
     device = torch.cuda.current_device()
-    table = tune.merge_into(args.out, device, entries, base)
-    table["header"]["search_run"] = f"tune-{table['header']['tuned']}"
-    tune.merge_into(args.out, device, {}, table)
+    tune.merge_into(args.out, device, entries, base, name_run=True)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps({"environment": dict(env.header(sys.argv[1:]), command=" ".join(
         ["python", *sys.argv])), "margin": args.margin, "runs": runs, "seconds": round(sum(

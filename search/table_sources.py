@@ -42,7 +42,10 @@ SOURCES = {
                  "tune_grid_above2e30_bf16_2026-11-26_bcae5f1.json.gz", "tune_grid_llm_missing_2026-11-26_dd9a261.json.gz",
                  "tune_grid_below2e30_allsweeps_2026-11-26_dd9a261.json.gz",
                  *(f"tune_grid_knobs_above2e36_{dtype}_{layout}_2026-11-26_3df0b9e.json.gz"
-                   for dtype in ("fp16", "bf16") for layout in ("nt", "nn")))),
+                   for dtype in ("fp16", "bf16") for layout in ("nt", "nn")),
+                 # the problems below 2^32 where the searches search_table_2026-11-26_8e4d5a6_*.sqlite.gz found a
+                 # kernel under the bar, re-tuned with those finds (scripts/tune_grid.py --sweep-problems-only)
+                 "tune_grid_searched_below2e32_2026-11-26_8e4d5a6.json.gz")),
     "nvidia_h100_80gb_hbm3": Sources(
         sweeps=("sweep_2026-11-25_a3fd6a0.json.gz",),
         store=None,

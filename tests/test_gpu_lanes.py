@@ -38,3 +38,37 @@ def test_a_lane_without_gpus_or_stages_is_refused(tmp_path):
     for spec in ("budget-hw", ":budget-hw", "0:"):
         done = lanes(tmp_path, spec)
         assert done.returncode == 2 and "expected GPUS:STAGE" in done.stderr, (spec, done.stderr)
+
+
+SEARCH_STAND_IN = """#!/usr/bin/env bash
+out=$1; shift
+mkdir -p "$out"
+echo "gpus=$CUDA_VISIBLE_DEVICES case=${SEARCH_DTYPE:-}_${SEARCH_LAYOUT:-} minutes=${SEARCH_MINUTES:-} keep=${KEEP_DIR:-} stages=$*" \\
+  >> "$out/summary.txt"
+"""
+
+
+def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer(tmp_path):
+    """scripts/search_table.sh search: one lane per dtype x layout; with 2 GPUs two turns of two lanes, each lane's
+    search given half of what the call leaves, its store kept under KEEP/search."""
+    runner = tmp_path / "gpu_check_stand_in.sh"
+    runner.write_text(SEARCH_STAND_IN)
+    runner.chmod(0o755)
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "built").touch()
+    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPUS": "2", "GPU_SLUG": "test_gpu",
+           "CALL_S": "570"}
+    for name in ("OUT", "SEARCH_MINUTES", "KEEP_DIR"):
+        env.pop(name, None)
+    done = subprocess.run(["bash", str(REPO / "scripts" / "search_table.sh"), "search"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    summaries = {path.relative_to(keep / "s").as_posix(): path.read_text().strip()
+                 for path in sorted((keep / "s").glob("pass*/lane*/summary.txt"))}
+    search = keep / "search"
+    assert summaries == {
+        "pass0/lane0/summary.txt": f"gpus=0 case=fp16_nn minutes=3.5 keep={search}/lane0 stages=search-table",
+        "pass0/lane1/summary.txt": f"gpus=1 case=fp16_nt minutes=3.5 keep={search}/lane1 stages=search-table",
+        "pass2/lane0/summary.txt": f"gpus=0 case=bf16_nn minutes=3.5 keep={search}/lane0 stages=search-table",
+        "pass2/lane1/summary.txt": f"gpus=1 case=bf16_nt minutes=3.5 keep={search}/lane1 stages=search-table"}

@@ -142,3 +142,6 @@ def test_near_ties_of_the_chosen_configuration_are_recorded_in_the_table(monkeyp
     written = tune.merge_into(tmp_path / "t.json", 0, {"nt_fp16_64_64_64": entry}, None)
     assert written["entries"]["nt_fp16_64_64_64"] == entry
     assert json.loads((tmp_path / "t.json").read_text()) == written
+    monkeypatch.setattr(tune, "table_header", lambda device, header: {"tuned": "2026-11-26T23:42:37Z"})
+    named = tune.merge_into(tmp_path / "t.json", 0, {}, written, name_run=True)  # one stamp names the run
+    assert named["header"] == {"tuned": "2026-11-26T23:42:37Z", "search_run": "tune-2026-11-26T23:42:37Z"}

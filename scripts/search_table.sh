@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A GPU's searched table in three calls of a warm multi-GPU host (issue 26), each case (fp16/bf16 x NN/NT) on its own
+# GPU; KEEP (default /tmp/keep) carries the stores and results from call to call:
+#
+#   scripts/search_table.sh search   # build; the rl policy warm-started searches the G1000 + LLM problems below
+#                                    # 2^$SEARCH_MAX_LOG2_MNK (32), smallest first, for $SEARCH_MINUTES (default: what
+#                                    # the call's $CALL_S leaves); again to resume every store for that much more
+#   scripts/search_table.sh check    # the finds (kernels the stores measured under the bar) the library lacks: built
+#                                    # alone, GPU-tested, sanitized; the problems with finds re-tuned with them
+#                                    # (tune_grid --sweep-problems-only), the tuner choosing among the table's entry,
+#                                    # the finds and every cuBLASLt candidate
+#   scripts/search_table.sh bench    # the tunings merged, the sanitizer gate, the table installed and rebuilt; the
+#                                    # searched problems in kernel mode with the new table
+#   scripts/search_table.sh bench-old  # the same problems with the committed table (a next call's checkout has it
+#                                    # again; the library built for the new table holds its kernels unless the new
+#                                    # table dropped one, which that benchmark's failed rows would show)
+#
+# Then, on the CPU machine: the stores and the merged tuning committed under benchmarks/results/<gpu_slug>/, the tuning
+# added to search/table_sources.py, `python -m search.table_sources <gpu_slug>`, and `python -m studies.table_change`
+# on the two benchmarks. With fewer than four GPUs the cases run in turns. Each step ends with KEEP packed into
+# $OUT/keep_<step>.tgz (a lent machine's way back).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STEP=${1:?usage: scripts/search_table.sh search|check|bench|bench-old}
+export KEEP=${KEEP:-/tmp/keep} PYTHONUNBUFFERED=1
+mkdir -p "$KEEP"
+[ -d build/kernel_cache ] || [ ! -d .kc ] || cat .kc/kc.tgz.* 2>/dev/null | tar xzf - 2>/dev/null
+t0=$SECONDS
+left() { echo $(( ${CALL_S:-570} - (SECONDS - t0) )); }
+export GPU_CHECK=${GPU_CHECK:-scripts/gpu_check.sh}  # the stage runner (the tests give a stand-in)
+[ -f "$KEEP/built" ] || { "$GPU_CHECK" "$KEEP/build" build && touch "$KEEP/built"; } || exit 1
+SLUG=${GPU_SLUG:-$(python3 -c "import torch; from cudal2_ops.tables import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")}
+GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
+CASES=("fp16 nn" "fp16 nt" "bf16 nn" "bf16 nt")
+echo "$SLUG, $GPUS GPUs, built at $((SECONDS - t0)) s"
+
+in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE: STAGE for every case, PREFIX_DTYPES/LAYOUTS (or _DTYPE/_LAYOUT) set per lane
+  local out=$1 prefix=$2 stage=$3 first specs i
+  for ((first = 0; first < ${#CASES[@]}; first += GPUS)); do
+    specs=()
+    for ((i = first; i < first + GPUS && i < ${#CASES[@]}; i++)); do
+      read -r dtype layout <<<"${CASES[$i]}"
+      specs+=("$((i - first)):${prefix}=$dtype ${prefix/DTYPE/LAYOUT}=$layout $stage")
+    done
+    scripts/gpu_lanes.sh "$out/pass$first" "${specs[@]}"
+  done
+}
+
+case $STEP in
+  search)
+    passes=$(( (${#CASES[@]} + GPUS - 1) / GPUS ))
+    export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$(python3 -c "print(round(($(left) - 150) / 60 / $passes, 1))")}
+    in_lanes "$KEEP/s" SEARCH_DTYPE search-table ;;
+  check)
+    TUNE_SWEEPS="$(find "$KEEP/search" -name 'search_*.sqlite' | sort | tr '\n' ' ')"
+    export TUNE_SWEEPS
+    MAX_JOBS=${MAX_JOBS:-48} STAGE_TIMEOUT=200 "$GPU_CHECK" "$KEEP/finds" new-kernels
+    [ ! -f build/new_kernels.so ] || export CUDAL2_KERNEL_LIBS=build/new_kernels.so
+    TUNE_SHAPES=g1000,llm TUNE_MAX_LOG2_MNK=${SEARCH_MAX_LOG2_MNK:-32} TUNE_SWEEP_PROBLEMS_ONLY=1 \
+      TUNE_BUDGET_S=$(( $(left) - 60 )) in_lanes "$KEEP/tune" TUNE_DTYPES tune-grid ;;
+  bench)
+    TUNE_PARTS="$(find "$KEEP/tune" -name tune_grid.json | sort | tr '\n' ' ')" "$GPU_CHECK" "$KEEP/table" tune-merge
+    cp "$KEEP"/finds/*sanitize*.json "$KEEP/table/" 2>/dev/null
+    "$GPU_CHECK" "$KEEP/table" gate
+    cp "$KEEP/table/$SLUG.json" "kernels/sm90/$SLUG.json"
+    finds=$(sed -n 's/^new-kernels: //p' "$KEEP/finds/summary.txt" 2>/dev/null | grep -v '^none' | tr , ' ')
+    [ -z "$finds" ] || python3 -m cudal2_catalog.codegen --names $finds >"$KEEP/table/codegen.log" 2>&1
+    "$GPU_CHECK" "$KEEP/table" build || exit 1
+    TUNED_BELOW=${SEARCH_MAX_LOG2_MNK:-32} TUNED_TABLE=kernels/sm90/$SLUG.json in_lanes "$KEEP/bench_new" TUNED_DTYPES bench-tuned ;;
+  bench-old)  # the committed table (this call's checkout) on the same problems, with the library bench built
+    TUNED_BELOW=${SEARCH_MAX_LOG2_MNK:-32} TUNED_TABLE=kernels/sm90/$SLUG.json in_lanes "$KEEP/bench_old" TUNED_DTYPES bench-tuned ;;
+  *) echo "unknown step $STEP (search, check, bench or bench-old)" >&2; exit 2 ;;
+esac
+echo "step $STEP done at $((SECONDS - t0)) s"
+find "$KEEP" -name summary.txt | sort | while read -r f; do echo "== $f"; grep -v "%|" "$f" | tail -n 8 | cut -c1-300; done
+[ -z "${OUT:-}" ] || tar czf "$OUT/keep_$STEP.tgz" -C "$KEEP" --exclude="*.so" --exclude=built --exclude="*.lock" .
