@@ -27,7 +27,7 @@ from search.cli_args import SHAPES_HELP, arch, existing_file, integer, load_shap
 from search.errors import UserError
 from search.fault_injection import checkpoint
 from search.loop import POLICIES, RunArgs, Search, initial_policy, llm_proposer
-from search.store import Store
+from search.store import Store, read_store
 from search.table_select import DEFAULT_KERNEL_BUDGET, DEFAULT_MARGIN
 
 BACKENDS = ("sim", "local", "ray")
@@ -197,14 +197,13 @@ def check_folder(path: Path, flag: str) -> None:
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    """Writes the store's Markdown report and plots."""
+    """Writes the Markdown report and plots of a store (or of its gzip copy)."""
     from search.run_report import write_report
     check_folder(ns.out, "--out")
-    store = open_runs(ns.store, "report")
-    try:
-        print(write_report(store, ns.out))
-    finally:
-        store.close()
+    with read_store(ns.store) as store:  # a store, or its gzip copy as results folders keep them
+        if not store.runs():
+            raise UserError(f"{ns.store} holds no run: nothing to report")
+        print(write_report(store, ns.out, ns.store))
     return 0
 
 

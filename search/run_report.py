@@ -160,8 +160,9 @@ def throughput(store: Store) -> list[str]:
          "per judge-minute, compile excluded", "new builds (compile s)"], rows)
 
 
-def write_report(store: Store, out: Path) -> Path:
-    """Writes `out/report.md` and its plots; returns the Markdown's path."""
+def write_report(store: Store, out: Path, source: Path | None = None) -> Path:
+    """Writes `out/report.md` and its plots; returns the Markdown's path. `source` names the store's file in the
+    report (default the store's own path; a gzip copy is read from a temporary file)."""
     out.mkdir(parents=True, exist_ok=True)
     comparison, evaluations = policy_comparison(store)
     run_rows = []
@@ -176,7 +177,7 @@ def write_report(store: Store, out: Path) -> Path:
         best = best_within(evs)
         for key in sorted(best, key=lambda k: -best[k])[:10] + sorted(best, key=lambda k: best[k])[:5]:
             best_rows.append([rid, key, _fmt(best[key])])
-    lines = ["# Search report", "", f"Store: `{store.path}`", "", "## Runs", ""]
+    lines = ["# Search report", "", f"Store: `{source or store.path}`", "", "## Runs", ""]
     lines += markdown_table(["run", "policy", "GPU", "evaluations", "problems measured", "minutes", "geomean best",
                      "finished"], run_rows)
     lines += ["", "## Throughput", ""] + throughput(store)

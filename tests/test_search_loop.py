@@ -1,6 +1,8 @@
 """The search loop end to end on the simulated backend: run, resume (verdicts stored as they arrive, a stopped round
 finished), compile cache, compile-only, report, emit, export."""
+import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -180,6 +182,10 @@ def test_cli_report(cli_store, tmp_path):
     for section in ("Policies at equal budget", "What the policy learned", "Failures by status", "| random |"):
         assert section in report
     assert (tmp_path / "report" / "reward_by_policy.png").stat().st_size > 1000
+    zipped = tmp_path / "s.sqlite.gz"   # results folders keep stores gzipped: the report reads them as they are
+    zipped.write_bytes(gzip.compress(Path(cli_store).read_bytes()))
+    assert cli.main(["report", "--store", str(zipped), "--out", str(tmp_path / "zipped")]) == 0
+    assert (tmp_path / "zipped" / "report.md").read_text() == report.replace(f"`{cli_store}`", f"`{zipped}`")
 
 
 def test_cli_emit_export(cli_store, tmp_path, monkeypatch):
