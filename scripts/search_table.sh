@@ -4,7 +4,9 @@
 #
 #   scripts/search_table.sh search   # build; the rl policy warm-started searches the G1000 + LLM problems below
 #                                    # 2^$SEARCH_MAX_LOG2_MNK (32), smallest first, for $SEARCH_MINUTES (default: what
-#                                    # the call's $CALL_S leaves); again to resume every store for that much more
+#                                    # the call's $CALL_S leaves); again to resume every store for that much more;
+#                                    # SEARCH_RESUME_FROM=benchmarks/results/<gpu_slug> resumes the committed stores
+#                                    # (search_table_*_<dtype>_<layout>.sqlite.gz, the latest of each case)
 #   scripts/search_table.sh check    # the finds (kernels the stores measured under the bar) the library lacks: built
 #                                    # alone, GPU-tested, sanitized; the problems with finds re-tuned with them
 #                                    # (tune_grid --sweep-problems-only), the tuner choosing among the table's entry,
@@ -48,6 +50,12 @@ in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE: STAGE for every case, PREFIX_DTYP
 
 case $STEP in
   search)
+    for ((i = 0; i < ${#CASES[@]}; i++)); do  # stores committed by an earlier session, resumed here (SEARCH_RESUME_FROM)
+      read -r dtype layout <<<"${CASES[$i]}"
+      store=$KEEP/search/lane$((i % GPUS))/search_${dtype}_$layout.sqlite
+      earlier=$(ls "${SEARCH_RESUME_FROM:-/nonexistent}"/*_${dtype}_$layout.sqlite.gz 2>/dev/null | tail -n 1)
+      [ -f "$store" ] || [ -z "$earlier" ] || { mkdir -p "$(dirname "$store")" && gunzip -c "$earlier" >"$store"; }
+    done
     passes=$(( (${#CASES[@]} + GPUS - 1) / GPUS ))
     export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$(python3 -c "print(round(($(left) - 150) / 60 / $passes, 1))")}
     in_lanes "$KEEP/s" SEARCH_DTYPE search-table ;;

@@ -1,6 +1,7 @@
 """scripts/gpu_lanes.sh: gpu_check stages in parallel lanes of one multi-GPU host (CPU: a stand-in stage runner)."""
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 from pathlib import Path
@@ -72,3 +73,25 @@ def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer
         "pass0/lane1/summary.txt": f"gpus=1 case=fp16_nt minutes=3.5 keep={search}/lane1 stages=search-table",
         "pass2/lane0/summary.txt": f"gpus=0 case=bf16_nn minutes=3.5 keep={search}/lane0 stages=search-table",
         "pass2/lane1/summary.txt": f"gpus=1 case=bf16_nt minutes=3.5 keep={search}/lane1 stages=search-table"}
+
+
+def test_search_table_resumes_the_committed_stores(tmp_path):
+    """SEARCH_RESUME_FROM: each case's latest committed store (gzip) is unpacked where its lane looks for it."""
+    runner = tmp_path / "gpu_check_stand_in.sh"
+    runner.write_text(SEARCH_STAND_IN)
+    runner.chmod(0o755)
+    keep, committed = tmp_path / "keep", tmp_path / "results"
+    keep.mkdir()
+    committed.mkdir()
+    (keep / "built").touch()
+    for date, payload in (("2026-11-26_aaa", b"old"), ("2026-11-27_bbb", b"new")):
+        (committed / f"search_table_{date}_bf16_nt.sqlite.gz").write_bytes(gzip.compress(payload))
+    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPUS": "4", "GPU_SLUG": "test_gpu",
+           "SEARCH_RESUME_FROM": str(committed), "SEARCH_MINUTES": "1"}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(REPO / "scripts" / "search_table.sh"), "search"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.relative_to(keep).as_posix() for p in (keep / "search").rglob("*.sqlite")) == [
+        "search/lane3/search_bf16_nt.sqlite"]
+    assert (keep / "search" / "lane3" / "search_bf16_nt.sqlite").read_bytes() == b"new"
