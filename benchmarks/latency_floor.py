@@ -44,6 +44,7 @@ from benchmarks import results
 from build_tools import kernel_lib
 from cudal2_catalog.config import DEFAULT_KNOBS
 from cudal2_catalog.families import knob_grid
+from cudal2_catalog.families.tiny import MAX_SPLITS
 from cudal2_ops.tune import runnable_kernels
 from cudal2_testing.kernel_timing import ProblemRun, fastest, time_call
 from cudal2_testing.measure import env, shapes
@@ -168,7 +169,25 @@ def summarize(rows: list[dict]) -> dict:
         out[f"median_{key}"] = statistics.median(values) if values else None
     tiny_us = [r["tiny"]["us"] for r in rows if r["tiny"]]
     out["median_tiny_us"] = statistics.median(tiny_us) if tiny_us else None
+    out["grid_of_cluster"] = grid_of_cluster(rows)
     return out
+
+
+def grid_of_cluster(rows: list[dict]) -> dict:
+    """The tiny family's grid-wide split against its cluster split: per problem the fastest correct candidate with
+    more splits than a cluster holds over the fastest with at most that many (the automatic split included); the
+    geomean, the range and the problems where the grid-wide one is faster, over the problems that timed both."""
+    ratios = []
+    for r in rows:
+        correct = [c for c in r["tiny_candidates"] if c["correct"] and c["us"]]
+        grid = [c["us"] for c in correct if c["splits"] > MAX_SPLITS]
+        cluster = [c["us"] for c in correct if c["splits"] <= MAX_SPLITS]
+        if grid and cluster:
+            ratios.append(min(grid) / min(cluster))
+    if not ratios:
+        return {"n": 0}
+    return {"n": len(ratios), "geomean": math.exp(statistics.fmean(map(math.log, ratios))), "min": min(ratios),
+            "max": max(ratios), "grid_faster": sum(x < 1 for x in ratios)}
 
 
 def problem_line(row: dict) -> str:
@@ -237,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("cublaslt_of_empty", "cublaslt_of_move", "tiny_of_empty", "tiny_of_move"):
         median = s[key]["median"]
         print(f"  floor / time, {key}: median {'-' if median is None else f'{median:.3f}'} over {s[key]['n']}")
+    grid = s["grid_of_cluster"]
+    if grid["n"]:
+        print(f"  tiny grid-wide / cluster split, best of each: geomean {grid['geomean']:.3f} ({grid['min']:.2f}-"
+              f"{grid['max']:.2f}) over {grid['n']}, grid-wide faster on {grid['grid_faster']}")
     return 0
 
 

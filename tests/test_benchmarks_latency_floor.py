@@ -8,9 +8,10 @@ from benchmarks import latency_floor as lf
 from cudal2_testing.measure import shapes
 
 
-def row(lt_us, tiny_us, move_us=2.0, empty_us=1.0):
+def row(lt_us, tiny_us, move_us=2.0, empty_us=1.0, candidates=()):
     tiny = {"kernel": "tiny_k", "splits": 0, "us": tiny_us} if tiny_us else None
     return {"empty_us": empty_us, "move_us": move_us, "cublaslt_us": lt_us, "tiny": tiny,
+            "tiny_candidates": [{"splits": splits, "us": us, "correct": correct} for splits, us, correct in candidates],
             "floor_fraction": {"cublaslt_of_empty": lf.floor_fraction(empty_us, lt_us),
                                "cublaslt_of_move": lf.floor_fraction(move_us, lt_us),
                                "tiny_of_empty": lf.floor_fraction(empty_us, tiny_us),
@@ -36,6 +37,18 @@ def test_floor_fraction_and_summary():
     assert s["cublaslt_of_empty"] == {"n": 2, "median": pytest.approx(0.375), "min": 0.25}
     assert s["tiny_of_move"] == {"n": 2, "median": pytest.approx(0.625), "min": 0.25}
     assert s["median_cublaslt_us"] == 3.0 and s["median_tiny_us"] == 5.0 and s["median_move_us"] == 2.0
+
+
+def test_grid_wide_split_against_the_cluster_split():
+    """Per problem the best grid-wide candidate (splits > 16) over the best cluster one (the automatic split 0
+    included); wrong candidates and problems without both left out."""
+    rows = [row(4.0, 2.0, candidates=[(0, 2.0, True), (16, 3.0, True), (32, 3.0, True), (64, 1.0, False)]),
+            row(4.0, 2.0, candidates=[(8, 4.0, True), (64, 2.0, True)]),
+            row(4.0, 2.0, candidates=[(8, 4.0, True)])]
+    grid = lf.summarize(rows)["grid_of_cluster"]
+    assert grid == {"n": 2, "geomean": pytest.approx(1.5 ** 0.5 * 0.5 ** 0.5), "min": 0.5, "max": 1.5,
+                    "grid_faster": 1}
+    assert lf.grid_of_cluster([row(4.0, 2.0)]) == {"n": 0}
 
 
 def test_options():
