@@ -19,6 +19,7 @@ from pathlib import Path
 from cudal2_ops.tables import entry_key
 from cudal2_testing.measure.stored import read_json
 from cudal2_testing.measure.summary import geomean, markdown_table
+from studies.report_files import write_report
 from studies.table_drift import BARS, shapes_of
 
 CHOICE_FIELDS = ("kernel", "knobs", "cublaslt")
@@ -86,10 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     entries = [json.loads(path.read_text())["entries"] for path in (args.old_table, args.new_table)]
     old, new = (speedups([read_json(p) for p in paths]) for paths in (args.old_runs, args.new_runs))
-    lines, doc = report(*entries, old, new, [str(p) for p in args.old_runs + args.new_runs])
-    args.out.write_text("\n".join(lines))
-    args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, *report(*entries, old, new, [str(p) for p in args.old_runs + args.new_runs]))
     return 0
 
 

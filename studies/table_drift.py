@@ -25,6 +25,7 @@ from cudal2_ops.tables import LT_CONFIG_FIELDS, cublaslt_fields, entry_key, near
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.stored import read_json
 from cudal2_testing.measure.summary import geomean, markdown_table
+from studies.report_files import write_report
 
 LOSS = 0.97    # below this fraction of the bar a shape counts as a loss (docs/EVALUATION.md)
 DRIFT = 1.03   # a time more than 3% above the one measured at tuning counts as drifted
@@ -198,10 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     entries = json.loads(args.table.read_text())["entries"]
     rows = drift_rows(entries, [read_json(p) for p in args.runs])
-    lines, doc = report(rows, [str(p) for p in args.runs], args.table_name or str(args.table))
-    args.out.write_text("\n".join(lines))
-    args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, *report(rows, [str(p) for p in args.runs], args.table_name or str(args.table)))
     return 0
 
 
