@@ -156,8 +156,10 @@ run_stage() {
                  else echo "new-kernels: $names" >>"$SUMMARY"; check_kernels new_kernels "$names" build/new_kernels.so; fi ;;
     search-table) # one dtype and layout of a searched table: the rl policy warm-started (SEARCH_WARM_START) on
                   # SEARCH_SHAPES (g1000+llm) below SEARCH_MAX_LOG2_MNK (32), smallest first, for SEARCH_MINUTES (6) of
-                  # the run's own time, SEARCH_MAX_BUILDS (16) new builds; its store search_<dtype>_<layout>.sqlite in
-                  # KEEP_DIR and OUT_DIR; a store already in KEEP_DIR is resumed for SEARCH_MINUTES more
+                  # the run's own time, SEARCH_MAX_BUILDS (16) new builds, SEARCH_PER_ROUND (4) proposals per problem
+                  # and round (a round visits every problem before the next: fewer reach more problems in a short
+                  # run); its store search_<dtype>_<layout>.sqlite in KEEP_DIR and OUT_DIR; a store already in KEEP_DIR
+                  # is resumed for SEARCH_MINUTES more
       local case=${SEARCH_DTYPE:-fp16}_${SEARCH_LAYOUT:-nt} dir=${KEEP_DIR:-$OUT_DIR} minutes=${SEARCH_MINUTES:-6}
       local store; mkdir -p "$dir"; store="$dir/search_$case.sqlite"
       read -r -a warm <<<"${SEARCH_WARM_START:-$WARM_SWEEPS}"
@@ -169,7 +171,8 @@ run = Store(sys.argv[1], readonly=True).runs()[-1]; print(run['id'], round(run['
         cmd=(resume --store "$store" --run "$run_id" --backend local --artifacts build/search)
       else cmd=(run --arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
         --shapes "${SEARCH_SHAPES:-g1000+llm}" --max-log2-mnk "${SEARCH_MAX_LOG2_MNK:-32}" --policy rl
-        --backend local --artifacts build/search --store "$store" --seed "${SEARCH_SEED:-0}" --warm-start "${warm[@]}"); fi
+        --backend local --artifacts build/search --store "$store" --seed "${SEARCH_SEED:-0}" --warm-start "${warm[@]}"
+        --per-round "${SEARCH_PER_ROUND:-4}"); fi
       STAGE_TIMEOUT=$("$PY" -c "print(int(${minutes} * 60 + 150))") stage "search_table_$case" "$PY" -m search \
         "${cmd[@]}" --budget-minutes "$budget" --max-builds "${SEARCH_MAX_BUILDS:-16}" --quiet
       [ "$dir" = "$OUT_DIR" ] || cp "$store" "$OUT_DIR/" ;;
