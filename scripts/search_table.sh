@@ -7,6 +7,7 @@
 #                                    # the call's $CALL_S leaves); again to resume every store for that much more;
 #                                    # SEARCH_RESUME_FROM=benchmarks/results/<gpu_slug> resumes the committed stores
 #                                    # (search_table_*_<dtype>_<layout>.sqlite.gz, the latest of each case)
+#                                    # (SEARCH_PER_ROUND, SEARCH_MAX_BUILDS: scripts/gpu_check.sh, stage search-table)
 #   scripts/search_table.sh check    # the finds (kernels the stores measured under the bar) the library lacks: built
 #                                    # alone, GPU-tested, sanitized; the problems with finds re-tuned with them
 #                                    # (tune_grid --sweep-problems-only), the tuner choosing among the table's entry,
