@@ -35,6 +35,7 @@ export GPU_CHECK=${GPU_CHECK:-scripts/gpu_check.sh}  # the stage runner (the tes
 SLUG=${GPU_SLUG:-$(python3 -c "import torch; from cudal2_ops.tables import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")}
 GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
 CASES=("fp16 nn" "fp16 nt" "bf16 nn" "bf16 nt")
+PASSES=$(( (${#CASES[@]} + GPUS - 1) / GPUS ))  # turns of lanes when there are fewer GPUs than cases
 echo "$SLUG, $GPUS GPUs, built at $((SECONDS - t0)) s"
 
 in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE: STAGE for every case, PREFIX_DTYPES/LAYOUTS (or _DTYPE/_LAYOUT) set per lane
@@ -57,8 +58,7 @@ case $STEP in
       earlier=$(ls "${SEARCH_RESUME_FROM:-/nonexistent}"/*_${dtype}_$layout.sqlite.gz 2>/dev/null | tail -n 1)
       [ -f "$store" ] || [ -z "$earlier" ] || { mkdir -p "$(dirname "$store")" && gunzip -c "$earlier" >"$store"; }
     done
-    passes=$(( (${#CASES[@]} + GPUS - 1) / GPUS ))
-    export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$(python3 -c "print(round(($(left) - 150) / 60 / $passes, 1))")}
+    export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$(python3 -c "print(round(($(left) - 150) / 60 / $PASSES, 1))")}
     in_lanes "$KEEP/s" SEARCH_DTYPE search-table ;;
   check)
     TUNE_SWEEPS="$(find "$KEEP/search" -name 'search_*.sqlite' | sort | tr '\n' ' ')"
@@ -66,7 +66,7 @@ case $STEP in
     MAX_JOBS=${MAX_JOBS:-48} STAGE_TIMEOUT=200 "$GPU_CHECK" "$KEEP/finds" new-kernels
     [ ! -f build/new_kernels.so ] || export CUDAL2_KERNEL_LIBS=build/new_kernels.so
     TUNE_SHAPES=g1000,llm TUNE_MAX_LOG2_MNK=${SEARCH_MAX_LOG2_MNK:-32} TUNE_SWEEP_PROBLEMS_ONLY=1 \
-      TUNE_BUDGET_S=$(( $(left) - 60 )) in_lanes "$KEEP/tune" TUNE_DTYPES tune-grid ;;
+      TUNE_BUDGET_S=$(( ($(left) - 60) / PASSES )) in_lanes "$KEEP/tune" TUNE_DTYPES tune-grid ;;
   bench)
     TUNE_PARTS="$(find "$KEEP/tune" -name tune_grid.json | sort | tr '\n' ' ')" "$GPU_CHECK" "$KEEP/table" tune-merge
     cp "$KEEP"/finds/*sanitize*.json "$KEEP/table/" 2>/dev/null
