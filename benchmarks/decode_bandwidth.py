@@ -9,11 +9,12 @@ output) totalling more than 4x the L2, so no call finds its weight in L2; bytes 
 Candidates: cudal2 as a user's call runs it (`_C.linear_out`: the dispatcher with the installed table, whatever it
 picks; the library's own figure), cuBLASLt with its top heuristic algorithm and autotuned
 (`_C.testing.cublaslt_matmul`; autotune tunes on the first call), and every loaded decode kernel of the dtype and
-layout at splits 0 (the kernel's own choice), 1, 2, 4, 8 and 16 (values the kernel rejects are skipped). Each candidate first runs once on set 0 with a NaN-poisoned output
-against the fp32 reference (relative Frobenius error <= 1e-3 fp16 / 8e-3 bf16); an incorrect one is recorded and not
-timed. Timing is kernel mode (cudal2_testing/measure/timing.py: CUDA-graph replay of R calls rotating over the sets,
-median per call). Shapes are visited in an order whose every prefix is spread over the list, so a run cut by
-`--budget-s` (recorded as `complete: false`) still samples every size.
+layout at splits 0 (the kernel's own choice), 1, 2, 4, 8 and 16 (values the kernel rejects are skipped). Each
+candidate first runs once on set 0 with a NaN-poisoned output against the fp32 reference (relative Frobenius error
+<= 1e-3 fp16 / 8e-3 bf16); an incorrect one is recorded and not timed. Timing is kernel mode
+(cudal2_testing/measure/timing.py: CUDA-graph replay of R calls rotating over the sets, median per call). Shapes are
+visited in an order whose every prefix is spread over the list, so a run cut by `--budget-s` (recorded as
+`complete: false`) still samples every size.
 
     python -m benchmarks.decode_bandwidth --out OUT/decode_bandwidth.json [--dtypes fp16,bf16] [--max-shapes 20]
         [--budget-s 150] [--min-nk 16777216] [--kernels 'decode_*_8x*']     # also writes OUT/decode_bandwidth.md

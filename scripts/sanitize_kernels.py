@@ -137,10 +137,11 @@ def target(lib: str, kernel_name: str, shapes: tuple[tuple[int, int, int], ...])
 
     kernel = KernelLibrary(lib).kernels[kernel_name]
     report, wrong, ran = {}, False, 0
-    for splits in target_splits(kernel.family):
-        impl = KernelImpl(kernel, splits=splits)
-        for m, n, k in shapes:
-            a, b, bias = random_inputs((m, n, k), kernel.layout, kernel.dtype, kernel.has_bias, 0, "cuda")
+    impls = [(splits, KernelImpl(kernel, splits=splits)) for splits in target_splits(kernel.family)]
+    for m, n, k in shapes:  # each shape's inputs and float64 reference serve every split count
+        a, b, bias = random_inputs((m, n, k), kernel.layout, kernel.dtype, kernel.has_bias, 0, "cuda")
+        ref = None
+        for splits, impl in impls:
             out = torch.empty((m, n), dtype=kernel.dtype, device="cuda")
             key = f"{m}x{n}x{k}" + (f" splits={splits}" if splits else "")
             if not impl.can_implement(a, b, bias, out):
@@ -149,8 +150,9 @@ def target(lib: str, kernel_name: str, shapes: tuple[tuple[int, int, int], ...])
             impl(a, b, bias, out)
             torch.cuda.synchronize()
             ran += 1
-            bd = b.cpu().double() if kernel.layout == "nn" else b.cpu().double().t()
-            ref = a.cpu().double() @ bd + (bias.cpu().double() if bias is not None else 0.0)
+            if ref is None:
+                bd = b.cpu().double() if kernel.layout == "nn" else b.cpu().double().t()
+                ref = a.cpu().double() @ bd + (bias.cpu().double() if bias is not None else 0.0)
             rel = float((out.cpu().double() - ref).norm() / ref.norm().clamp_min(1e-30))
             ok = rel <= REL_TOL[kernel.dtype]
             wrong |= not ok

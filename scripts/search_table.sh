@@ -27,18 +27,18 @@ cd "$(dirname "$0")/.."
 STEP=${1:?usage: scripts/search_table.sh search|check|bench|bench-old}
 export KEEP=${KEEP:-/tmp/keep} PYTHONUNBUFFERED=1
 mkdir -p "$KEEP"
-[ -d build/kernel_cache ] || [ ! -d .kc ] || cat .kc/kc.tgz.* 2>/dev/null | tar xzf - 2>/dev/null
 t0=$SECONDS
 left() { echo $(( ${CALL_S:-570} - (SECONDS - t0) )); }
 export GPU_CHECK=${GPU_CHECK:-scripts/gpu_check.sh}  # the stage runner (the tests give a stand-in)
 [ -f "$KEEP/built" ] || { "$GPU_CHECK" "$KEEP/build" build && touch "$KEEP/built"; } || exit 1
-SLUG=${GPU_SLUG:-$(python3 -c "import torch; from cudal2_ops.tables import gpu_slug; print(gpu_slug(torch.cuda.get_device_name(0)))")}
+SLUG=${GPU_SLUG:-$(python3 -c "import torch; from cudal2_ops.tables import gpu_slug
+print(gpu_slug(torch.cuda.get_device_name(0)))")}
 GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
 CASES=("fp16 nn" "fp16 nt" "bf16 nn" "bf16 nt")
 PASSES=$(( (${#CASES[@]} + GPUS - 1) / GPUS ))  # turns of lanes when there are fewer GPUs than cases
 echo "$SLUG, $GPUS GPUs, built at $((SECONDS - t0)) s"
 
-in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE: STAGE for every case, PREFIX_DTYPES/LAYOUTS (or _DTYPE/_LAYOUT) set per lane
+in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE: STAGE for every case, PREFIX (..._DTYPE[S]) and its _LAYOUT[S] per lane
   local out=$1 prefix=$2 stage=$3 first specs i
   for ((first = 0; first < ${#CASES[@]}; first += GPUS)); do
     specs=()
@@ -50,15 +50,20 @@ in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE: STAGE for every case, PREFIX_DTYP
   done
 }
 
+bench_table() {  # bench_table OUT_DIR: the searched problems in kernel mode with the table in this checkout
+  TUNED_BELOW=${SEARCH_MAX_LOG2_MNK:-32} TUNED_TABLE=kernels/sm90/$SLUG.json in_lanes "$1" TUNED_DTYPES bench-tuned
+}
+
 case $STEP in
   search)
-    for ((i = 0; i < ${#CASES[@]}; i++)); do  # stores committed by an earlier session, resumed here (SEARCH_RESUME_FROM)
+    for ((i = 0; i < ${#CASES[@]}; i++)); do  # stores an earlier session committed, resumed (SEARCH_RESUME_FROM)
       read -r dtype layout <<<"${CASES[$i]}"
       store=$KEEP/search/lane$((i % GPUS))/search_${dtype}_$layout.sqlite
       earlier=$(ls "${SEARCH_RESUME_FROM:-/nonexistent}"/*_${dtype}_$layout.sqlite.gz 2>/dev/null | tail -n 1)
       [ -f "$store" ] || [ -z "$earlier" ] || { mkdir -p "$(dirname "$store")" && gunzip -c "$earlier" >"$store"; }
     done
-    export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$(python3 -c "print(round(($(left) - 150) / 60 / $PASSES, 1))")}
+    share=$(python3 -c "print(round(($(left) - 150) / 60 / $PASSES, 1))")  # minutes per turn of lanes
+    export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$share}
     in_lanes "$KEEP/s" SEARCH_DTYPE search-table ;;
   check)
     TUNE_SWEEPS="$(find "$KEEP/search" -name 'search_*.sqlite' | sort | tr '\n' ' ')"
@@ -75,11 +80,13 @@ case $STEP in
     finds=$(sed -n 's/^new-kernels: //p' "$KEEP/finds/summary.txt" 2>/dev/null | grep -v '^none' | tr , ' ')
     [ -z "$finds" ] || python3 -m cudal2_catalog.codegen --names $finds >"$KEEP/table/codegen.log" 2>&1
     "$GPU_CHECK" "$KEEP/table" build || exit 1
-    TUNED_BELOW=${SEARCH_MAX_LOG2_MNK:-32} TUNED_TABLE=kernels/sm90/$SLUG.json in_lanes "$KEEP/bench_new" TUNED_DTYPES bench-tuned ;;
+    bench_table "$KEEP/bench_new" ;;
   bench-old)  # the committed table (this call's checkout) on the same problems, with the library bench built
-    TUNED_BELOW=${SEARCH_MAX_LOG2_MNK:-32} TUNED_TABLE=kernels/sm90/$SLUG.json in_lanes "$KEEP/bench_old" TUNED_DTYPES bench-tuned ;;
+    bench_table "$KEEP/bench_old" ;;
   *) echo "unknown step $STEP (search, check, bench or bench-old)" >&2; exit 2 ;;
 esac
 echo "step $STEP done at $((SECONDS - t0)) s"
-find "$KEEP" -name summary.txt | sort | while read -r f; do echo "== $f"; grep -v "%|" "$f" | tail -n 8 | cut -c1-300; done
+find "$KEEP" -name summary.txt | sort | while read -r f; do
+  echo "== $f"; grep -v "%|" "$f" | tail -n 8 | cut -c1-300
+done
 [ -z "${OUT:-}" ] || tar czf "$OUT/keep_$STEP.tgz" -C "$KEEP" --exclude="*.so" --exclude=built --exclude="*.lock" .

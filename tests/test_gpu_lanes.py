@@ -44,8 +44,8 @@ def test_a_lane_without_gpus_or_stages_is_refused(tmp_path):
 SEARCH_STAND_IN = """#!/usr/bin/env bash
 out=$1; shift
 mkdir -p "$out"
-echo "gpus=$CUDA_VISIBLE_DEVICES case=${SEARCH_DTYPE:-}_${SEARCH_LAYOUT:-} minutes=${SEARCH_MINUTES:-} keep=${KEEP_DIR:-} stages=$*" \\
-  >> "$out/summary.txt"
+echo "gpus=$CUDA_VISIBLE_DEVICES case=${SEARCH_DTYPE:-}_${SEARCH_LAYOUT:-} minutes=${SEARCH_MINUTES:-}" \\
+  "keep=${KEEP_DIR:-} stages=$*" >> "$out/summary.txt"
 """
 
 
