@@ -13,7 +13,8 @@
 # table and kernel sources from that store, then a rebuild), new-kernels (the kernels $TUNE_SWEEPS measured faster than
 # cuBLASLt-autotune that the library lacks, or $NEW_KERNELS: built alone into build/new_kernels.so, GPU-tested, sanitized;
 # CUDAL2_KERNEL_LIBS=build/new_kernels.so lets tune-grid time them), sweep, sweep-cold, fuzz, sanitize (compute-sanitizer memcheck of every library kernel, or of $SANITIZE_FAMILIES /
-# $SANITIZE_SAMPLE of them, or with SANITIZE_WITHHELD=1 of those the shipped table's sanitizer gate withheld, and racecheck of $SANITIZE_RACECHECK, default tiny), bench-kernel,
+# $SANITIZE_SAMPLE of them, or with SANITIZE_WITHHELD=1 of those the shipped table's sanitizer gate withheld, and racecheck of $SANITIZE_RACECHECK, default tiny),
+# family-check (a header edit's families, $CHECK_FAMILIES: their GPU tests and sanitizer report), bench-kernel,
 # bench-after (G1000 sample100 in kernel mode back to back and after a non-GEMM kernel that writes A, PDL off then on:
 # g1000_after_pdl0.json / g1000_after_pdl1.json), bench-offline, bench-server, bench-llm, decode-bw,
 # e2e, e2e-lowering (compiled decode with cudal2's Inductor lowerings on, then off; Inductor caches off), e2e-trace
@@ -112,6 +113,16 @@ run_stage() {
              stage sweep_cold "$PY" -m search.sweep --max-m 64 --cold-weights --out "$OUT_DIR/sweep_cold.json" \
              --budget-s "${SWEEP_BUDGET_S:-600}" ;;
     fuzz) stage fuzz "$PY" scripts/fuzz_api.py --cases "${FUZZ_CASES:-10000}" --seed 0 --out "$OUT_DIR/fuzz.json" ;;
+    family-check) # after a header edit: the GPU tests and compute-sanitizer (memcheck, racecheck of tiny) of the families
+                  # in $CHECK_FAMILIES (comma-separated, default tiny) on the installed library; the report
+                  # (OUT_DIR/family_check_sanitize.json) lets the sanitizer gate take their entries again
+      local families=${CHECK_FAMILIES:-tiny} family test_files=()
+      for family in ${families//,/ }; do test_files+=("tests/gpu/test_kernels_$family.py"); done
+      stage family_check_sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
+        --families "$families" --racecheck-families tiny --jobs "${SANITIZE_JOBS:-4}" \
+        --out "$OUT_DIR/family_check_sanitize.json"
+      CUDAL2_TEST_KERNEL_LIB=cudal2_ops/libcudal2_kernels.so stage family_check_tests "$PY" -m pytest -q -m gpu \
+        "${test_files[@]}" --no-header -rfE ;;
     sanitize) stage sanitize "$PY" scripts/sanitize_kernels.py --lib cudal2_ops/libcudal2_kernels.so \
                 ${SANITIZE_SAMPLE:+--sample $SANITIZE_SAMPLE} --families "${SANITIZE_FAMILIES:-}" \
                 ${SANITIZE_WITHHELD:+--withheld-in kernels/sm90/$GPU_SLUG.json} \

@@ -11,7 +11,8 @@
 #   scripts/search_table.sh check    # the finds (kernels the stores measured under the bar) the library lacks: built
 #                                    # alone, GPU-tested, sanitized; the problems with finds re-tuned with them
 #                                    # (tune_grid --sweep-problems-only), the tuner choosing among the table's entry,
-#                                    # the finds and every cuBLASLt candidate
+#                                    # the finds and every cuBLASLt candidate; CHECK_FAMILIES (e.g. tiny, after a
+#                                    # header edit) GPU-tested and sanitized on the last GPU meanwhile, for the gate
 #   scripts/search_table.sh bench    # the tunings merged, the sanitizer gate, the table installed and rebuilt; the
 #                                    # searched problems in kernel mode with the new table
 #   scripts/search_table.sh bench-old  # the same problems with the committed table (a next call's checkout has it
@@ -68,13 +69,17 @@ case $STEP in
   check)
     TUNE_SWEEPS="$(find "$KEEP/search" -name 'search_*.sqlite' | sort | tr '\n' ' ')"
     export TUNE_SWEEPS
-    MAX_JOBS=${MAX_JOBS:-48} STAGE_TIMEOUT=200 "$GPU_CHECK" "$KEEP/finds" new-kernels
+    if [ -n "${CHECK_FAMILIES:-}" ]; then  # a header edit's families, on the last GPU while the first checks the finds
+      CUDA_VISIBLE_DEVICES=$((GPUS - 1)) STAGE_TIMEOUT=240 "$GPU_CHECK" "$KEEP/families" family-check &
+    fi
+    CUDA_VISIBLE_DEVICES=0 MAX_JOBS=${MAX_JOBS:-48} STAGE_TIMEOUT=200 "$GPU_CHECK" "$KEEP/finds" new-kernels
+    wait  # the tuning's timings start with every GPU free
     [ ! -f build/new_kernels.so ] || export CUDAL2_KERNEL_LIBS=build/new_kernels.so
     TUNE_SHAPES=g1000,llm TUNE_MAX_LOG2_MNK=${SEARCH_MAX_LOG2_MNK:-32} TUNE_SWEEP_PROBLEMS_ONLY=1 \
       TUNE_BUDGET_S=$(( ($(left) - 60) / PASSES )) in_lanes "$KEEP/tune" TUNE_DTYPES tune-grid ;;
   bench)
     TUNE_PARTS="$(find "$KEEP/tune" -name tune_grid.json | sort | tr '\n' ' ')" "$GPU_CHECK" "$KEEP/table" tune-merge
-    cp "$KEEP"/finds/*sanitize*.json "$KEEP/table/" 2>/dev/null
+    cp "$KEEP"/finds/*sanitize*.json "$KEEP"/families/*sanitize*.json "$KEEP/table/" 2>/dev/null
     "$GPU_CHECK" "$KEEP/table" gate
     cp "$KEEP/table/$SLUG.json" "kernels/sm90/$SLUG.json"
     finds=$(sed -n 's/^new-kernels: //p' "$KEEP/finds/summary.txt" 2>/dev/null | grep -v '^none' | tr , ' ')

@@ -95,3 +95,30 @@ def test_search_table_resumes_the_committed_stores(tmp_path):
     assert sorted(p.relative_to(keep).as_posix() for p in (keep / "search").rglob("*.sqlite")) == [
         "search/lane3/search_bf16_nt.sqlite"]
     assert (keep / "search" / "lane3" / "search_bf16_nt.sqlite").read_bytes() == b"new"
+
+
+def test_search_table_check_runs_a_header_edits_families_on_the_last_gpu_beside_the_finds(tmp_path):
+    """CHECK_FAMILIES: the family check (GPU tests, sanitizer report for the gate) on the last GPU while the first
+    checks the finds; the tuning lanes start after both."""
+    runner = tmp_path / "gpu_check_stand_in.sh"
+    runner.write_text(SEARCH_STAND_IN + 'echo "start $* $(date +%s.%N)" >> "$KEEP/order.txt"\n'
+                      '[ "$*" != family-check ] || sleep 1  # the slower of the two checks\n'
+                      'echo "end $* $(date +%s.%N)" >> "$KEEP/order.txt"\n')
+    runner.chmod(0o755)
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "built").touch()
+    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPUS": "4", "GPU_SLUG": "test_gpu",
+           "CHECK_FAMILIES": "tiny"}
+    for name in ("OUT", "KEEP_DIR", "CUDA_VISIBLE_DEVICES"):
+        env.pop(name, None)
+    done = subprocess.run(["bash", str(REPO / "scripts" / "search_table.sh"), "check"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "gpus=3 " in (keep / "families" / "summary.txt").read_text()
+    assert "stages=family-check" in (keep / "families" / "summary.txt").read_text()
+    assert "gpus=0 " in (keep / "finds" / "summary.txt").read_text()
+    events = [line.split() for line in (keep / "order.txt").read_text().splitlines()]
+    checks_end = [float(t) for event, stage, t in events if event == "end" and stage in ("family-check", "new-kernels")]
+    tunes_start = [float(t) for event, stage, t in events if event == "start" and stage == "tune-grid"]
+    assert len(checks_end) == 2 and len(tunes_start) == 4 and max(checks_end) <= min(tunes_start)
