@@ -122,7 +122,7 @@ struct Params {
   int m, n, k;
   long long lda, ldb, ldd;
   int splits;           // CTAs per output tile along K (grid z); > 1 as a cluster on sm_90, or across the grid
-  float* partials;      // grid-wide split: the fp32 workspace of every tile's partial rows (grid_partial_floats());
+  float* partials;      // grid-wide split: the fp32 workspace of every tile's partial rows (grid_tile_floats());
                         // nullptr when the split CTAs of a tile form a cluster (or there is no split)
   int tiles_per_split;  // K tiles of each split (the last one possibly fewer)
   int warp_groups;      // 1 or Traits::kWarpsK: K groups of covering warps (blockDim = kWarpsMN * warp_groups warps)
@@ -391,18 +391,18 @@ __device__ __forceinline__ void exchange_partials(const float (&acc)[Tr::kMmaM][
   cluster_sync();
 }
 
-// Four floats of a receive buffer: shared memory, or (kGlobal) the grid-wide workspace, read past L1 (other SMs
-// wrote it during this kernel).
-template <bool kGlobal>
-__device__ __forceinline__ float4 load_partial(const float* src) {
-  if (kGlobal) return __ldcg(reinterpret_cast<const float4*>(src));
-  return *reinterpret_cast<const float4*>(src);
+// sum += v, component by component.
+__device__ __forceinline__ void add4(float4& sum, const float4& v) {
+  sum.x += v.x;
+  sum.y += v.y;
+  sum.z += v.z;
+  sum.w += v.w;
 }
 
 // Sums, for each row this CTA owns and each 4-column chunk, the partials of every source in source order (exact
-// fp32 adds in a fixed order: deterministic) and stores them with the bias. `recv` is this owner's receive buffer, in
-// shared memory or (kGlobal) its slots of the grid-wide workspace.
-template <class T, class Tr, int kThreads, bool kGlobal>
+// fp32 adds in a fixed order: deterministic) and stores them with the bias. `recv` is this owner's receive buffer in
+// shared memory.
+template <class T, class Tr, int kThreads>
 __device__ __forceinline__ void reduce_owned_rows(const Params<T>& p, const float* recv, const Ownership& own,
                                                   int sources, int m0, int n0) {
   constexpr int kChunks = Tr::kTileN / 4;
@@ -418,21 +418,64 @@ __device__ __forceinline__ void reduce_owned_rows(const Params<T>& p, const floa
       float4 v[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {  // all loads first, then the adds in source order
-        v[j] = s0 + j < sources ? load_partial<kGlobal>(src + (s0 + j) * source_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j] = s0 + j < sources ? *reinterpret_cast<const float4*>(src + (s0 + j) * source_stride)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
-        if (s0 + j < sources) {
-          sum.x += v[j].x;
-          sum.y += v[j].y;
-          sum.z += v[j].z;
-          sum.w += v[j].w;
-        }
+        if (s0 + j < sources) add4(sum, v[j]);
       }
     }
     const int row = m0 + owned_row * own.splits + own.rank;
     store_pair(p, row, n0 + col, sum.x, sum.y);
     store_pair(p, row, n0 + col + 2, sum.z, sum.w);
+  }
+}
+
+// The grid-wide split's reduction: the same sums from this owner's slots of the workspace (`recv`, written by other
+// SMs during this kernel, read past L1), spread over teams of threads so that the 17-64 sources of a chunk are read
+// at once rather than one batch after another. A team (a power of two of lanes, within a warp) takes one chunk; lane
+// j of it sums sources j, j + team, ... in that order, then the team adds its lanes' sums in a fixed tree: the order
+// of every add is fixed by the code (deterministic), not by timing.
+template <class T, class Tr, int kThreads>
+__device__ __forceinline__ void reduce_owned_rows_grid(const Params<T>& p, const float* recv, const Ownership& own,
+                                                       int sources, int m0, int n0) {
+  constexpr int kChunks = Tr::kTileN / 4;
+  constexpr int kBatch = 4;  // source loads in flight per lane
+  const int valid_rows = min_int(Tr::kTileM, p.m - m0);
+  const int my_rows = own.rank < valid_rows ? ceil_div(valid_rows - own.rank, own.splits) : 0;
+  const int items = my_rows * kChunks, source_stride = own.rows_per_owner * Tr::kRecvPitch;
+  int team = 1;  // the CTA's team size: as many lanes per chunk as the threads allow, at most a warp or the sources
+  while (team < 32 && team < sources && 2 * team * items <= kThreads) team *= 2;
+  const int lane = threadIdx.x % team, teams = kThreads / team;
+  for (int first = 0; first < items; first += teams) {  // the same trip count in every thread: shuffles stay whole
+    const int item = first + static_cast<int>(threadIdx.x) / team;
+    const bool valid = item < items;
+    const float* src = recv + (valid ? (item / kChunks) * Tr::kRecvPitch + (item % kChunks) * 4 : 0);
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = lane; s0 < sources; s0 += kBatch * team) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {  // all loads first, then the adds in source order
+        const int s = s0 + j * team;
+        v[j] = valid && s < sources ? __ldcg(reinterpret_cast<const float4*>(src + s * source_stride))
+                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) add4(sum, v[j]);
+    }
+    for (int offset = team / 2; offset > 0; offset /= 2) {
+      sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset, team);
+      sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset, team);
+      sum.z += __shfl_down_sync(0xffffffffu, sum.z, offset, team);
+      sum.w += __shfl_down_sync(0xffffffffu, sum.w, offset, team);
+    }
+    if (valid && lane == 0) {
+      const int owned_row = item / kChunks, col = (item % kChunks) * 4;
+      const int row = m0 + owned_row * own.splits + own.rank;
+      store_pair(p, row, n0 + col, sum.x, sum.y);
+      store_pair(p, row, n0 + col + 2, sum.z, sum.w);
+    }
   }
 }
 
@@ -487,14 +530,14 @@ __device__ __forceinline__ void run_cta(const Params<T>& p, unsigned char* smem_
     float* tile_slots = p.partials + (blockIdx.y * gridDim.x + blockIdx.x) * grid_tile_floats<Tr>(p.splits, kGroups);
     exchange_partials_grid<Tr, kGroups>(acc, tile_slots, own, wm, wn, wk);
     const int owner_floats = own.rows_per_owner * Tr::kRecvPitch * p.splits * kGroups;
-    reduce_owned_rows<T, Tr, kThreads, true>(p, tile_slots + own.rank * owner_floats, own, p.splits * kGroups, m0, n0);
+    reduce_owned_rows_grid<T, Tr, kThreads>(p, tile_slots + own.rank * owner_floats, own, p.splits * kGroups, m0, n0);
     return;
   }
   // The receive buffer lies past the stages this launch uses: nothing to wait for before writing it.
   float* recv = reinterpret_cast<float*>(smem_raw + min_int(Tr::kStages, p.tiles_per_split) * Tr::kStageBytes);
   const Ownership own{p.splits, clustered ? static_cast<int>(cluster_rank()) : 0, ceil_div(Tr::kTileM, p.splits)};
   exchange_partials<Tr, kGroups>(acc, recv, own, wm, wn, wk);
-  reduce_owned_rows<T, Tr, kThreads, false>(p, recv, own, p.splits * kGroups, m0, n0);
+  reduce_owned_rows<T, Tr, kThreads>(p, recv, own, p.splits * kGroups, m0, n0);
 }
 
 template <class T, class Tr>
