@@ -172,8 +172,9 @@ run_stage() {
                   # SEARCH_SHAPES (g1000+llm) below SEARCH_MAX_LOG2_MNK (32), smallest first, for SEARCH_MINUTES (6) of
                   # the run's own time, SEARCH_MAX_BUILDS (16) new builds, SEARCH_PER_ROUND (4) proposals per problem
                   # and round (a round visits every problem before the next: fewer reach more problems in a short
-                  # run); its store search_<dtype>_<layout>.sqlite in KEEP_DIR and OUT_DIR; a store already in KEEP_DIR
-                  # is resumed for SEARCH_MINUTES more
+                  # run), SEARCH_WAVE (32) problems proposed at a time (each wave after the verdicts of the waves
+                  # before); its store search_<dtype>_<layout>.sqlite in KEEP_DIR and OUT_DIR; a store already in
+                  # KEEP_DIR is resumed for SEARCH_MINUTES more
       local case=${SEARCH_DTYPE:-fp16}_${SEARCH_LAYOUT:-nt} dir=${KEEP_DIR:-$OUT_DIR} minutes=${SEARCH_MINUTES:-6}
       local store; mkdir -p "$dir"; store="$dir/search_$case.sqlite"
       read -r -a warm <<<"${SEARCH_WARM_START:-$WARM_SWEEPS}"
@@ -182,11 +183,11 @@ run_stage() {
         read -r run_id budget < <("$PY" -c "import sys; from search.store import Store
 run = Store(sys.argv[1], readonly=True).runs()[-1]; print(run['id'], round(run['elapsed_s'] / 60 + float(sys.argv[2]), 2))" \
           "$store" "$minutes") || return 1
-        cmd=(resume --store "$store" --run "$run_id" --backend local --artifacts build/search)
+        cmd=(resume --store "$store" --run "$run_id" --backend local --artifacts build/search --wave "${SEARCH_WAVE:-32}")
       else cmd=(run --arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
         --shapes "${SEARCH_SHAPES:-g1000+llm}" --max-log2-mnk "${SEARCH_MAX_LOG2_MNK:-32}" --policy rl
         --backend local --artifacts build/search --store "$store" --seed "${SEARCH_SEED:-0}" --warm-start "${warm[@]}"
-        --per-round "${SEARCH_PER_ROUND:-4}"); fi
+        --per-round "${SEARCH_PER_ROUND:-4}" --wave "${SEARCH_WAVE:-32}"); fi
       STAGE_TIMEOUT=$("$PY" -c "print(int(${minutes} * 60 + 150))") stage "search_table_$case" "$PY" -m search \
         "${cmd[@]}" --budget-minutes "$budget" --max-builds "${SEARCH_MAX_BUILDS:-16}" --quiet
       [ "$dir" = "$OUT_DIR" ] || cp "$store" "$OUT_DIR/" ;;

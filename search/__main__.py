@@ -34,6 +34,8 @@ BACKENDS = ("sim", "local", "ray")
 # New builds a run may compile by default: an sm90 kernel takes 60-90 s of nvcc; the simulator's are free.
 DEFAULT_MAX_BUILDS = {"sim": None, "local": 32, "ray": 32}
 LLMS = ("none", "openai")
+WAVE_HELP = ("problems proposed and evaluated together within a round (default: the whole round); a smaller "
+             "wave lets a round over many problems learn from its first problems' verdicts")
 DEBUG_ENV = "CUDAL2_DEBUG"
 
 
@@ -87,7 +89,7 @@ def drive(search: Search, quiet: bool) -> None:
 
 def cmd_run(ns: argparse.Namespace) -> int:
     """Starts a run; every input is checked (the --warm-start files read) before the store file is touched."""
-    args = RunArgs(policy=ns.policy, llm=ns.llm, per_round=ns.per_round, explore=ns.explore,
+    args = RunArgs(policy=ns.policy, llm=ns.llm, per_round=ns.per_round, wave=ns.wave, explore=ns.explore,
                    budget_evals=ns.budget_evals, budget_minutes=ns.budget_minutes, seed=ns.seed,
                    compile_only=ns.compile_only, memory=ns.memory, arch=ns.arch, backend=ns.backend,
                    artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms,
@@ -164,7 +166,7 @@ def cmd_resume(ns: argparse.Namespace) -> int:
         reader.close()
     overrides = {k: v for k, v in (("backend", ns.backend), ("artifacts", ns.artifacts and str(ns.artifacts)),
                                    ("budget_evals", ns.budget_evals), ("budget_minutes", ns.budget_minutes),
-                                   ("max_builds", ns.max_builds))
+                                   ("max_builds", ns.max_builds), ("wave", ns.wave))
                  if v is not None}
     args = RunArgs(**{**stored, **overrides, "compile_only": False})
     check_backend(args, ns)
@@ -275,6 +277,7 @@ def parser() -> argparse.ArgumentParser:
                      help="new builds the run may compile (default: 32 for local/ray, unlimited for sim); past it, "
                           "only built kernels (the extension's defaults included) are proposed")
     run.add_argument("--per-round", type=integer(1, 1000), default=4, help="proposals per problem per round")
+    run.add_argument("--wave", type=integer(1), default=None, metavar="PROBLEMS", help=WAVE_HELP)
     run.add_argument("--warm-start", type=existing_file, nargs="+", default=[], metavar="FILE",
                      help="earlier measurements the rl policy is fit to before the run proposes anything: "
                           "python -m search.sweep files (.json, .json.gz) and search stores (.sqlite, .db), of this "
@@ -296,6 +299,9 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("--budget-evals", type=integer(1), default=None, help="override the run's evaluation budget")
     resume.add_argument("--budget-minutes", type=number(0, low_open=True), default=None)
     resume.add_argument("--max-builds", type=integer(0), default=None, help="override the run's build budget")
+    resume.add_argument("--wave", type=integer(1), default=None, metavar="PROBLEMS",
+                        help="override the run's wave (the problems of a round it has not proposed yet and the rounds "
+                             "after)")
     resume.add_argument("--quiet", action="store_true")
     ray_cluster.add_arguments(resume)
     resume.set_defaults(func=cmd_resume)

@@ -11,9 +11,15 @@ and the run time it took) and learned from as it arrives (a backend with `evalua
 one with only `evaluate`, when the chunk returns). The budget is a number of evaluations and/or minutes of the run's
 own time (summed over resumes).
 
-A stopped run (killed, or `--compile-only`) is finished on `resume` where it stopped: a round without its policy
-snapshot first gets the proposals of the problems it had not reached (each problem's proposals of a round are
-stored together), then every proposal without a verdict is evaluated, then the round is closed and the next begins.
+With `wave`, a round goes `wave` problems at a time: a wave's proposals are evaluated (and learned from) before the
+next wave is proposed, so a round over hundreds of problems (a table's search, whose budget may end within its first
+round) proposes for its later problems with what its earlier ones taught; without it a round proposes for every
+problem before evaluating any.
+
+A stopped run (killed, or `--compile-only`) is finished on `resume` where it stopped: every proposal without a
+verdict is evaluated, then a round without its policy snapshot gets the proposals of the problems it had not reached
+(each problem's proposals of a round are stored together; wave by wave) and their verdicts, then the round is closed
+and the next begins. A round the budget cut before its last problem was proposed stays open for the next resume.
 """
 from __future__ import annotations
 
@@ -61,6 +67,8 @@ class RunArgs:
     budget_minutes: float | None = None
     seed: int = 0
     chunk: int = 64
+    wave: int | None = None       # problems proposed and evaluated together within a round (None: the whole round),
+                                  # so a round over many problems learns from its first problems' verdicts
     compile_only: bool = False
     memory: str = ""              # contextual-memory file (LLM prompts); the memory hook updates it every round
     arch: int = 90
@@ -73,6 +81,8 @@ class RunArgs:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise UserError(f"unknown policy {self.policy!r}; supported: {POLICIES}")
+        if self.wave is not None and self.wave < 1:
+            raise UserError(f"--wave must be at least 1 problem (got {self.wave})")
         if self.budget_evals is None and self.budget_minutes is None and not self.compile_only:
             raise UserError("give a budget: --budget-evals and/or --budget-minutes")
 
@@ -423,14 +433,30 @@ class Search:
         next round."""
         last = self.store.last_round(self.run_id)
         unfinished = last >= 0 and last not in self.store.snapshot_rounds(self.run_id)
-        if unfinished and not self.done():
-            proposed = self.store.proposed_problems(self.run_id, last)
-            self.propose(last, [p for p in self.problems if p.key not in proposed])
         for round_, group in itertools.groupby(self.pending(), key=lambda item: item[0]):
             self.evaluate(round_, [(cand, problem) for _, cand, problem in group])
-        if unfinished:
-            self.close_round(last)
+        if not unfinished:
+            return last + 1
+        proposed = self.store.proposed_problems(self.run_id, last)
+        if self.play_round(last, [p for p in self.problems if p.key not in proposed]) is None:
+            return last  # the budget ran out again before every problem of the round was proposed
+        self.close_round(last)
         return last + 1
+
+    def play_round(self, round_: int, problems: list[Problem]) -> int | None:
+        """Proposes for `problems` of `round_` and evaluates the proposals, `wave` problems at a time (all at once
+        without it), so each wave's proposals follow what the policy learned from the waves before. Returns how many
+        requests it made, or None when the budget ran out before every problem was proposed (the round stays open:
+        a resume proposes the rest)."""
+        step = self.args.wave or max(1, len(problems))
+        made = 0
+        for first in range(0, len(problems), step):
+            if self.done():
+                return None
+            requests = self.propose(round_, problems[first:first + step])
+            made += len(requests)
+            self.evaluate(round_, requests)
+        return made
 
     def run(self) -> None:
         """Rounds until the budget is spent (one proposal round, compiled only, with `compile_only`)."""
@@ -439,10 +465,9 @@ class Search:
             return
         round_ = self.finish_stopped()
         while not self.done():
-            requests = self.propose(round_)
-            if not requests:
-                break  # every proposer is exhausted
-            self.evaluate(round_, requests)
+            made = self.play_round(round_, self.problems)
+            if not made:
+                break  # the budget ran out mid-round (None: the round stays open) or every proposer is exhausted
             self.close_round(round_)
             round_ += 1
         self.store.finish_run(self.run_id)

@@ -1,5 +1,6 @@
 """The search loop end to end on the simulated backend: run, resume (verdicts stored as they arrive, a stopped round
 finished), compile cache, compile-only, report, emit, export."""
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -124,6 +125,62 @@ def test_resume_restores_the_policy_and_extends_the_budget(tmp_path):
     assert resumed.policy.elites == elites and resumed.policy.updates == search.policy.updates
     resumed.run()
     assert store.evaluation_count(search.run_id) == 80
+
+
+class EventLog(SimulatedBackend):
+    """The simulated backend, logging ("eval", problem key) per verdict into `events`."""
+
+    def __init__(self, events: list):
+        super().__init__()
+        self.events = events
+
+    def evaluate_iter(self, requests):
+        for index, result in super().evaluate_iter(requests):
+            self.events.append(("eval", requests[index][1].key))
+            yield index, result
+
+
+def logged_search(store: Store, args: RunArgs, events: list, run_id: str | None = None) -> Search:
+    """A search whose proposals are logged as ("propose", problem key) into `events`, beside its verdicts."""
+    backend = EventLog(events)
+    search = Search.resume(store, backend, run_id, dataclasses.asdict(args)) if run_id else \
+        Search.start(store, backend, args, PROBLEMS)
+    propose = search.propose
+
+    def logged(round_, problems=None):
+        events.extend(("propose", p.key) for p in (search.problems if problems is None else problems))
+        return propose(round_, problems)
+
+    search.propose = logged
+    return search
+
+
+def test_a_round_goes_wave_by_wave_each_evaluated_before_the_next_is_proposed():
+    events: list = []
+    store = Store(":memory:")
+    search = logged_search(store, RunArgs(per_round=2, wave=2, budget_evals=10), events)
+    search.run()
+    keys = [p.key for p in search.problems]  # the run's order (smallest first)
+    steps = [(kind, key) for index, (kind, key) in enumerate(events) if index == 0 or events[index - 1] != (kind, key)]
+    assert steps == [("propose", keys[0]), ("propose", keys[1]), ("eval", keys[0]), ("eval", keys[1]),
+                     ("propose", keys[2]), ("propose", keys[3]), ("eval", keys[2]), ("eval", keys[3]),
+                     ("propose", keys[4]), ("eval", keys[4])]
+    assert store.snapshot_rounds(search.run_id) == {0}
+
+
+def test_a_round_the_budget_cut_between_waves_stays_open_and_resume_proposes_the_rest():
+    events: list = []
+    store = Store(":memory:")
+    first = logged_search(store, RunArgs(per_round=2, wave=2, budget_evals=4), events)
+    first.run()
+    assert store.proposed_problems(first.run_id, 0) == {p.key for p in first.problems[:2]}
+    assert store.snapshot_rounds(first.run_id) == set()    # round 0 not closed: three problems never proposed
+    events.clear()
+    logged_search(store, RunArgs(per_round=2, wave=2, budget_evals=10), events, first.run_id).run()
+    assert [key for kind, key in events if kind == "propose"] == [p.key for p in first.problems[2:]]
+    assert dict(store.query("SELECT problem_key, COUNT(*) FROM evaluations GROUP BY 1")) == {
+        p.key: 2 for p in PROBLEMS}
+    assert store.snapshot_rounds(first.run_id) == {0}
 
 
 class OneSource:
