@@ -68,8 +68,9 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
 SUMMARY="$OUT_DIR/summary.txt"
 # the sweeps a warm-started rl policy is fit to (budget-hw, search-table): both GPU models' main sweeps and the H100's tiny one
-WARM_SWEEPS="benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz
-  benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz"
+# (one line: the stages split it with `read -a`, which stops at the first newline)
+WARM_SWEEPS="benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \
+benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz"
 PROTOCOL_IMPLS=${PROTOCOL_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn}
 # bench-tuned: the same-layout bars and their independent repeats (the noise floor of docs/EVALUATION.md)
 TUNED_IMPLS=${TUNED_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn,cublaslt-autotune-nn-repeat,cublaslt-autotune-tn-repeat}

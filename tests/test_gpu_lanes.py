@@ -122,3 +122,16 @@ def test_search_table_check_runs_a_header_edits_families_on_the_last_gpu_beside_
     checks_end = [float(t) for event, stage, t in events if event == "end" and stage in ("family-check", "new-kernels")]
     tunes_start = [float(t) for event, stage, t in events if event == "start" and stage == "tune-grid"]
     assert len(checks_end) == 2 and len(tunes_start) == 4 and max(checks_end) <= min(tunes_start)
+
+
+def test_the_warm_start_sweeps_split_into_every_listed_file_and_each_is_committed():
+    """gpu_check.sh's WARM_SWEEPS, split as its stages split it (`read -r -a`), names every sweep it lists (a newline
+    inside the value once cut the list to its first file) and each of them exists."""
+    script = (REPO / "scripts" / "gpu_check.sh").read_text()
+    assignment = script[script.index("\nWARM_SWEEPS=") + 1:]
+    assignment = assignment[:assignment.index('"\n', assignment.index('="') + 2) + 1]
+    listed = assignment.replace("\\\n", " ").split('"')[1].split()
+    split = subprocess.run(["bash", "-c", assignment + '\nread -r -a warm <<<"$WARM_SWEEPS"; printf "%s\\n" "${warm[@]}"'],
+                           capture_output=True, text=True, cwd=REPO, timeout=30).stdout.split()
+    assert len(listed) >= 3 and split == listed
+    assert all((REPO / path).is_file() for path in split)
