@@ -102,3 +102,23 @@ def test_target_rows_judge_a_third_of_randoms_evaluations_and_99_percent():
     assert rows["rl+warm (other problems)"][3:6] == ["12 of 32", "no (<= 10)", "4"]
     assert rows["rl"][3:6] == ["> 32", "no (<= 10)", "20"]
     assert rows["rl"][6] == str(budget_curves.evals_to_reach(0.99, ramp)) == "32"
+
+
+def test_the_wave_study_runs_each_order_at_the_same_budget_and_counts_finds(small_sweep, tmp_path):
+    """studies.wave_replay on the small sweep: whole rounds and waves each spend per-problem x problems evaluations;
+    the finds it counts are problems whose best replayed speedup is over 1; the page has a row per setting."""
+    from studies import wave_replay  # noqa: PLC0415
+    backend = ReplayBackend(small_sweep)
+    problems = backend.measured_problems("nt", "fp16")
+    warm = budget_replay.warm_start.load([REPO / "benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz"])
+    whole = wave_replay.replay_table_search(backend, problems, warm, 0, 4, 4, None)
+    waves = wave_replay.replay_table_search(backend, problems, warm, 0, 4, 4, 2)
+    reachable = sum(backend.best_speedup(p) > 1.0 for p in problems)
+    for result in (whole, waves):
+        assert result["measured"] == len(problems) and 0 <= result["found_under_bar"] <= reachable
+        assert result["geomean_best"] <= budget_replay.geomean([backend.best_speedup(p) for p in problems]) + 1e-12
+    page = wave_replay.render({"header": {"gpu": "G", "scored": "s", "warm_from": ["w"], "problems": len(problems),
+                                          "commit": "c", "command": "x", "wall_s": 1},
+                               "runs": [{"seed": 0, "per_round": 4, "wave": None, **whole},
+                                        {"seed": 0, "per_round": 4, "wave": 2, **waves}]})
+    assert "| 4 | whole round |" in page and "| 4 | waves of 2 |" in page
