@@ -301,9 +301,12 @@ class Search:
 
     def evaluate(self, round_: int, requests: list[tuple[Candidate, Problem]]) -> None:
         """Compiles `requests` (overlapped with evaluation when the backend streams its builds), then evaluates them
-        in chunks within the budget, in request order, storing and learning from each verdict as it arrives."""
+        in chunks within the budget, storing and learning from each verdict as it arrives: those whose builds are in
+        first, then those whose builds were still compiling (each group in request order), so that a wave's new
+        builds compile while its built kernels are evaluated."""
         began = time.monotonic()
         built, stream = self.start_compiles(requests)
+        requests = sorted(requests, key=lambda request: request[0].build_key not in built)
         self.store.add_elapsed(self.run_id, time.monotonic() - began)
         start = 0
         try:

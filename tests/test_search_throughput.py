@@ -143,3 +143,19 @@ def test_the_report_states_the_rate_with_and_without_compiles():
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "8" and float(cells[3]) == round(60 * 8 / run["elapsed_s"], 1)
     assert int(cells[4]) == judged[0] and float(cells[6]) == round(60 * judged[0] / judged[1], 1)
+
+
+def test_a_rounds_built_kernels_are_evaluated_while_its_new_builds_compile():
+    """Within one evaluation pass the requests whose builds are in go first, those whose builds were still compiling
+    after (so the backend's nvcc runs while the GPU evaluates, instead of the GPU waiting at the first new build)."""
+    backend = StreamedBuilds(seed=3, build_s=0.01)
+    store = Store(":memory:")
+    search = Search.start(store, backend, RunArgs(policy="rl", budget_evals=30, per_round=6, seed=3),
+                          [P0, P1, Problem("nt", "fp16", 4096, 4096, 4096), Problem("nt", "fp16", 64, 512, 4096),
+                           Problem("nt", "fp16", 128, 128, 1024)])
+    search.run()
+    ready = backend.prebuilt()
+    order = [store.candidate(r["candidate_id"]).build_key in ready
+             for r in store.evaluations(search.run_id) if r["round"] == 0]
+    assert True in order and False in order
+    assert order == sorted(order, reverse=True)  # every built one before the first new build
