@@ -54,10 +54,10 @@
 # Offline machines: carry wheels in .whl/ (nvidia-cutlass) and the kernel object cache build/kernel_cache/
 # (scripts/prebuild_kernels.sh builds it on a machine without a GPU). A lent machine takes 64 MiB per call: unzip the
 # nvidia-cutlass wheel, drop cutlass_library/source/{examples,tools/profiler,tools/library}, `python -m wheel pack` it
-# (4.1 of 6.2 MB; same name and version, so the kernel cache keys hold). The tracked tree is about 58 MiB (results):
+# (4.1 of 6.2 MB; same name and version, so the kernel cache keys hold). The tracked tree is about 60 MiB (results):
 # carry only the cache objects the build uses (a cache built by prebuild_kernels.sh for the current kernel set; objects
-# of other kernels dropped), and where it still does not fit, leave the tracked plots (benchmarks/results/**/*.png, not
-# read by any step) out of the working tree for the call. Git's HEAD there is the session's first
+# of other kernels dropped), and run `scripts/device_slim.sh out` before the calls (the tracked results no stage reads
+# leave the working tree: about 22 MiB remain) and `scripts/device_slim.sh back` after. Git's HEAD there is the session's first
 # commit, whatever the working tree holds: pass CUDAL2_COMMIT=$(git rev-parse --short HEAD) from this side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
