@@ -141,6 +141,8 @@ class Search:
         self.baselines = {(d["fingerprint"], d["problem"]) for d in store.baselines()}  # the judge's, stored
         if hasattr(backend, "use_baselines"):
             backend.use_baselines(store.baselines())
+        if hasattr(backend, "rebuild_missing"):  # the store's earlier builds, on a machine that lacks them
+            backend.rebuild_missing(store.compiled_candidates())
         self.mark = time.monotonic()    # when the run's time was last added to the store
 
     @classmethod

@@ -348,6 +348,13 @@ class Store:
         """Every build key that compiled (or was prebuilt)."""
         return {r[0] for r in self.query("SELECT build_key FROM compiles WHERE ok = 1")}
 
+    def compiled_candidates(self) -> list[Candidate]:
+        """One candidate of each build this store's runs compiled successfully (prebuilt kernels left out): what a
+        machine without their artifacts has to rebuild."""
+        rows = self.query("SELECT MIN(c.id) AS id FROM candidates c JOIN compiles k ON k.build_key = c.build_key "
+                          "WHERE k.ok = 1 AND k.prebuilt = 0 GROUP BY c.build_key ORDER BY c.build_key")
+        return [self.candidate(r["id"]) for r in rows]
+
     def compile_outcome(self, build_key: str) -> CompileOutcome | None:
         """The recorded compile of a build key, or None when it was never compiled."""
         rows = self.query("SELECT * FROM compiles WHERE build_key = ?", (build_key,))

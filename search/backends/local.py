@@ -6,6 +6,7 @@ or not. `evaluate_iter` hands each verdict back as its worker answers, so the se
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -41,6 +42,8 @@ class LocalBackend:
         self._batch, self._baselines = batch, []
         self._pool: EvaluatorPool | None = None
         self._failed: dict[str, CompileOutcome] = {}
+        self._rebuild: threading.Thread | None = None  # rebuild_missing's background builds, and their keys
+        self._rebuilding: set[str] = set()
 
     @property
     def pool(self) -> EvaluatorPool:
@@ -80,8 +83,11 @@ class LocalBackend:
         if self.compile_only:
             raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
         libraries = self.libraries()
-        missing = {c.build_key: c for c, _ in requests
-                   if c.build_key not in libraries and c.build_key not in self._failed}
+        missing = self._missing([c for c, _ in requests], libraries)
+        if self._rebuild is not None and missing.keys() & self._rebuilding:  # being rebuilt in the background
+            self._rebuild.join()
+            libraries = self.libraries()
+            missing = self._missing([c for c, _ in requests], libraries)
         if missing:  # built by an earlier call of a resumed run, on a machine whose artifacts are gone: rebuild
             self.compile(list(missing.values()))
             libraries = self.libraries()
@@ -98,6 +104,22 @@ class LocalBackend:
         if runnable:
             for j, result in self.pool.evaluate_iter([r for _, r in runnable]):
                 yield runnable[j][0], result
+
+    def rebuild_missing(self, candidates: list[Candidate]) -> None:
+        """Starts rebuilding, in a background thread, the builds of `candidates` (a store's earlier builds) whose
+        libraries this machine lacks, all at once: a run resumed on a machine that starts bare then finds them built,
+        or waits once for them, instead of rebuilding each chunk's before that chunk's first verdict."""
+        missing = self._missing(candidates, self.libraries())
+        if not missing:
+            return
+        self._rebuilding = set(missing)
+        self._rebuild = threading.Thread(target=self.compile, args=(list(missing.values()),), name="search-rebuilds",
+                                         daemon=True)
+        self._rebuild.start()
+
+    def _missing(self, candidates: list[Candidate], libraries: dict[str, Path]) -> dict[str, Candidate]:
+        """build_key -> candidate of each build of `candidates` with no library here and no failed build."""
+        return {c.build_key: c for c in candidates if c.build_key not in libraries and c.build_key not in self._failed}
 
     def libraries(self) -> dict[str, Path]:
         """build_key -> shared library of every build this backend can evaluate now (prebuilt, or in the artifacts
