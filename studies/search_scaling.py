@@ -34,6 +34,7 @@ from search.candidate import Problem
 from search.cli_args import load_shapes
 from search.loop import RunArgs, Search
 from search.store import Store
+from studies.report_files import write_report
 
 # The one-H200 search run of 2026-11-25 (benchmarks/results/nvidia_h200/search_store_2026-11-25_4a7bcf5.sqlite.gz):
 # 400 evaluations in 183.5 s from the first verdict to the last, 0.46 s each.
@@ -175,10 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                         "problems": len(problems)},
            "environment": env, "warmup": warmup, "runs": runs, "ceiling": ceiling}
     ns.out.parent.mkdir(parents=True, exist_ok=True)
-    ns.out.write_text(json.dumps(doc, indent=1) + "\n")
-    page = markdown(doc)
-    ns.out.with_suffix(".md").write_text(page)
-    print(page)
+    write_report(ns.out.with_suffix(".md"), markdown(doc).splitlines() + [""], doc)
     return 0
 
 

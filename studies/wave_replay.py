@@ -27,6 +27,7 @@ from search.backends.replay import ReplayBackend
 from search.loop import RunArgs, Search
 from search.store import Store
 from studies.budget_replay import MISSING, check_leave_one_gpu_out, warm_policy
+from studies.report_files import write_report
 
 
 def replay_table_search(backend: ReplayBackend, problems: list, warm: list, seed: int, per_problem: int,
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.wave_replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", type=Path, required=True, help="the sweep file whose measurements score the runs")
     parser.add_argument("--warm-from", type=Path, nargs="+", required=True, help="sweep files of other GPUs")
-    parser.add_argument("--out", type=Path, required=True, help="JSON results; .md beside it")
+    parser.add_argument("--out", type=Path, required=True, help="JSON results (.json); .md beside it")
     parser.add_argument("--max-log2-mnk", type=int, default=32)
     parser.add_argument("--per-problem", type=int, default=4, help="evaluations per problem (the budget)")
     parser.add_argument("--per-round", type=lambda t: [int(x) for x in t.split(",")], default=[4, 2])
@@ -78,10 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                       "wall_s": round(time.monotonic() - began, 1)},
            "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    page = render(doc)
-    args.out.with_suffix(".md").write_text(page)
-    print(page)
+    write_report(args.out.with_suffix(".md"), render(doc).splitlines() + [""], doc)
     return 0
 
 

@@ -49,21 +49,29 @@ echo "gpus=$CUDA_VISIBLE_DEVICES case=${SEARCH_DTYPE:-}_${SEARCH_LAYOUT:-} minut
 """
 
 
-def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer(tmp_path):
-    """scripts/search_table.sh search: one lane per dtype x layout; with 2 GPUs two turns of two lanes, each lane's
-    search given half of what the call leaves, its store kept under KEEP/search."""
+def search_table(tmp_path: Path, step: str, stand_in: str = SEARCH_STAND_IN, **settings: str):
+    """scripts/search_table.sh STEP with a stand-in stage runner, KEEP (already built) under `tmp_path` and the
+    environment `settings` (OUT, KEEP_DIR, SEARCH_MINUTES and CUDA_VISIBLE_DEVICES unset unless given); (the finished
+    process, KEEP)."""
     runner = tmp_path / "gpu_check_stand_in.sh"
-    runner.write_text(SEARCH_STAND_IN)
+    runner.write_text(stand_in)
     runner.chmod(0o755)
     keep = tmp_path / "keep"
     keep.mkdir()
     (keep / "built").touch()
-    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPUS": "2", "GPU_SLUG": "test_gpu",
-           "CALL_S": "570"}
-    for name in ("OUT", "SEARCH_MINUTES", "KEEP_DIR"):
-        env.pop(name, None)
-    done = subprocess.run(["bash", str(REPO / "scripts" / "search_table.sh"), "search"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPU_SLUG": "test_gpu", **settings}
+    for name in ("OUT", "KEEP_DIR", "SEARCH_MINUTES", "CUDA_VISIBLE_DEVICES"):
+        if name not in settings:
+            env.pop(name, None)
+    done = subprocess.run(["bash", str(REPO / "scripts" / "search_table.sh"), step], capture_output=True, text=True,
+                          env=env, timeout=60)
+    return done, keep
+
+
+def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer(tmp_path):
+    """scripts/search_table.sh search: one lane per dtype x layout; with 2 GPUs two turns of two lanes, each lane's
+    search given half of what the call leaves, its store kept under KEEP/search."""
+    done, keep = search_table(tmp_path, "search", GPUS="2", CALL_S="570")
     assert done.returncode == 0, done.stderr
     summaries = {path.relative_to(keep / "s").as_posix(): path.read_text().strip()
                  for path in sorted((keep / "s").glob("pass*/lane*/summary.txt"))}
@@ -77,20 +85,11 @@ def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer
 
 def test_search_table_resumes_the_committed_stores(tmp_path):
     """SEARCH_RESUME_FROM: each case's latest committed store (gzip) is unpacked where its lane looks for it."""
-    runner = tmp_path / "gpu_check_stand_in.sh"
-    runner.write_text(SEARCH_STAND_IN)
-    runner.chmod(0o755)
-    keep, committed = tmp_path / "keep", tmp_path / "results"
-    keep.mkdir()
+    committed = tmp_path / "results"
     committed.mkdir()
-    (keep / "built").touch()
     for date, payload in (("2026-11-26_aaa", b"old"), ("2026-11-27_bbb", b"new")):
         (committed / f"search_table_{date}_bf16_nt.sqlite.gz").write_bytes(gzip.compress(payload))
-    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPUS": "4", "GPU_SLUG": "test_gpu",
-           "SEARCH_RESUME_FROM": str(committed), "SEARCH_MINUTES": "1"}
-    env.pop("OUT", None)
-    done = subprocess.run(["bash", str(REPO / "scripts" / "search_table.sh"), "search"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    done, keep = search_table(tmp_path, "search", GPUS="4", SEARCH_RESUME_FROM=str(committed), SEARCH_MINUTES="1")
     assert done.returncode == 0, done.stderr
     assert sorted(p.relative_to(keep).as_posix() for p in (keep / "search").rglob("*.sqlite")) == [
         "search/lane3/search_bf16_nt.sqlite"]
@@ -100,20 +99,10 @@ def test_search_table_resumes_the_committed_stores(tmp_path):
 def test_search_table_check_runs_a_header_edits_families_on_the_last_gpu_beside_the_finds(tmp_path):
     """CHECK_FAMILIES: the family check (GPU tests, sanitizer report for the gate) on the last GPU while the first
     checks the finds; the tuning lanes start after both."""
-    runner = tmp_path / "gpu_check_stand_in.sh"
-    runner.write_text(SEARCH_STAND_IN + 'echo "start $* $(date +%s.%N)" >> "$KEEP/order.txt"\n'
-                      '[ "$*" != family-check ] || sleep 1  # the slower of the two checks\n'
-                      'echo "end $* $(date +%s.%N)" >> "$KEEP/order.txt"\n')
-    runner.chmod(0o755)
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    (keep / "built").touch()
-    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPUS": "4", "GPU_SLUG": "test_gpu",
-           "CHECK_FAMILIES": "tiny"}
-    for name in ("OUT", "KEEP_DIR", "CUDA_VISIBLE_DEVICES"):
-        env.pop(name, None)
-    done = subprocess.run(["bash", str(REPO / "scripts" / "search_table.sh"), "check"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    stand_in = SEARCH_STAND_IN + ('echo "start $* $(date +%s.%N)" >> "$KEEP/order.txt"\n'
+                                  '[ "$*" != family-check ] || sleep 1  # the slower of the two checks\n'
+                                  'echo "end $* $(date +%s.%N)" >> "$KEEP/order.txt"\n')
+    done, keep = search_table(tmp_path, "check", stand_in, GPUS="4", CHECK_FAMILIES="tiny")
     assert done.returncode == 0, done.stderr
     assert "gpus=3 " in (keep / "families" / "summary.txt").read_text()
     assert "stages=family-check" in (keep / "families" / "summary.txt").read_text()
