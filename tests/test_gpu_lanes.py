@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ def search_table(tmp_path: Path, step: str, stand_in: str = SEARCH_STAND_IN, **s
     runner.write_text(stand_in)
     runner.chmod(0o755)
     keep = tmp_path / "keep"
-    keep.mkdir()
+    keep.mkdir(exist_ok=True)
     (keep / "built").touch()
     env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPU_SLUG": "test_gpu", **settings}
     for name in ("OUT", "KEEP_DIR", "SEARCH_MINUTES", "CUDA_VISIBLE_DEVICES"):
@@ -124,3 +125,22 @@ def test_the_warm_start_sweeps_split_into_every_listed_file_and_each_is_committe
                            capture_output=True, text=True, cwd=REPO, timeout=30).stdout.split()
     assert len(listed) >= 3 and split == listed
     assert all((REPO / path).is_file() for path in split)
+
+
+def test_each_steps_archive_holds_what_that_step_wrote(tmp_path):
+    """$OUT/keep_<step>.tgz: the files the step wrote or changed in KEEP (the lent machine's way back stays small as
+    KEEP grows), not the earlier steps' (nor the build marker or the libraries)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    writes_a_library = SEARCH_STAND_IN + 'touch "$out/kernels.so"\n'
+    for step in ("search", "check"):
+        done, keep = search_table(tmp_path, step, writes_a_library, GPUS="4", OUT=str(out), SEARCH_MINUTES="1")
+        assert done.returncode == 0, done.stderr
+    assert (keep / "finds" / "kernels.so").is_file()
+    names = {}
+    for step in ("search", "check"):
+        with tarfile.open(out / f"keep_{step}.tgz") as archive:
+            names[step] = {name.removeprefix("./") for name in archive.getnames()}
+    assert "s/pass0/lane3/summary.txt" in names["search"] and not any(n.startswith("s/") for n in names["check"])
+    assert "finds/summary.txt" in names["check"] and "tune/pass0/lane3/summary.txt" in names["check"]
+    assert not any(n == "built" or n.startswith(".began") or n.endswith(".so") for n in names["search"] | names["check"])
