@@ -184,13 +184,13 @@ run_stage() {
         read -r run_id budget < <("$PY" -c "import sys; from search.store import Store
 run = Store(sys.argv[1], readonly=True).runs()[-1]; print(run['id'], round(run['elapsed_s'] / 60 + float(sys.argv[2]), 2))" \
           "$store" "$minutes") || return 1
-        cmd=(resume --store "$store" --run "$run_id" --backend local --artifacts build/search --wave "${SEARCH_WAVE:-32}")
+        cmd=(resume --store "$store" --run "$run_id" --backend local --artifacts build/search)
       else cmd=(run --arch sm90 --dtype "${SEARCH_DTYPE:-fp16}" --layout "${SEARCH_LAYOUT:-nt}"
         --shapes "${SEARCH_SHAPES:-g1000+llm}" --max-log2-mnk "${SEARCH_MAX_LOG2_MNK:-32}" --policy rl
         --backend local --artifacts build/search --store "$store" --seed "${SEARCH_SEED:-0}" --warm-start "${warm[@]}"
-        --per-round "${SEARCH_PER_ROUND:-4}" --wave "${SEARCH_WAVE:-32}"); fi
+        --per-round "${SEARCH_PER_ROUND:-4}"); fi
       STAGE_TIMEOUT=$("$PY" -c "print(int(${minutes} * 60 + 150))") stage "search_table_$case" "$PY" -m search \
-        "${cmd[@]}" --budget-minutes "$budget" --max-builds "${SEARCH_MAX_BUILDS:-16}" --quiet
+        "${cmd[@]}" --budget-minutes "$budget" --max-builds "${SEARCH_MAX_BUILDS:-16}" --wave "${SEARCH_WAVE:-32}" --quiet
       [ "$dir" = "$OUT_DIR" ] || cp "$store" "$OUT_DIR/" ;;
     search) # rl warm-started vs random at SEARCH_PER_PROBLEM (16) evaluations per problem of SEARCH_SHAPES, the whole
             # stage within SEARCH_MINUTES (half each, judge start-up and the report on top: about 1.5 min more)

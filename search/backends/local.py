@@ -82,12 +82,12 @@ class LocalBackend:
         when the compile farm refused its source for a banned construct) with the build log's tail."""
         if self.compile_only:
             raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
+        wanted = [c for c, _ in requests]
+        if self._rebuild is not None and {c.build_key for c in wanted} & self._rebuilding:
+            self._rebuild.join()  # rebuild_missing's batch holds some of them: wait for it once
+            self._rebuild = None
         libraries = self.libraries()
-        missing = self._missing([c for c, _ in requests], libraries)
-        if self._rebuild is not None and missing.keys() & self._rebuilding:  # being rebuilt in the background
-            self._rebuild.join()
-            libraries = self.libraries()
-            missing = self._missing([c for c, _ in requests], libraries)
+        missing = self._missing(wanted, libraries)
         if missing:  # built by an earlier call of a resumed run, on a machine whose artifacts are gone: rebuild
             self.compile(list(missing.values()))
             libraries = self.libraries()
