@@ -281,6 +281,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 echo "gpu: $(tail -n 1 "$OUT_DIR/gpu.csv") slug=$GPU_SLUG commit=${CUDAL2_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" | tee -a "$SUMMARY"
 # A lent machine empties OUT between calls but keeps its disk while warm: with KEEP_DIR, results files (the tuned
 # table, sanitizer reports, partial benchmark runs) are brought back from there first and saved there after each stage.
-keep() { [ -z "${KEEP_DIR:-}" ] || { mkdir -p "$KEEP_DIR" && cp "$OUT_DIR"/*.json "$KEEP_DIR"/ 2>/dev/null; }; }
+keep() { [ -z "${KEEP_DIR:-}" ] || { mkdir -p "$KEEP_DIR" && cp "$OUT_DIR"/*.json "$KEEP_DIR"/ 2>/dev/null; } || true; }
 [ -z "${KEEP_DIR:-}" ] || [ ! -d "$KEEP_DIR" ] || cp -n "$KEEP_DIR"/*.json "$OUT_DIR"/ 2>/dev/null
-for s in "$@"; do run_stage "$s"; keep; done
+# The exit status says whether every stage passed (a caller that builds stops on a failed build); every stage runs.
+failed=0
+for s in "$@"; do run_stage "$s" || failed=1; keep; done
+exit $failed

@@ -144,3 +144,14 @@ def test_each_steps_archive_holds_what_that_step_wrote(tmp_path):
     assert "s/pass0/lane3/summary.txt" in names["search"] and not any(n.startswith("s/") for n in names["check"])
     assert "finds/summary.txt" in names["check"] and "tune/pass0/lane3/summary.txt" in names["check"]
     assert not any(n == "built" or n.startswith(".began") or n.endswith(".so") for n in names["search"] | names["check"])
+
+
+def test_gpu_check_exits_nonzero_when_a_stage_fails_and_runs_the_rest(tmp_path):
+    """A failed stage (here one it does not know) fails the run, with or without KEEP_DIR, and later stages still run:
+    a caller that builds first (gpu_lanes.sh, search_table.sh) must not go on as if the build had passed."""
+    for keep in ("", str(tmp_path / "keep")):
+        env = {**os.environ, "KEEP_DIR": keep}
+        done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), str(tmp_path / "out"), "no-such-stage",
+                               "another-unknown"], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "unknown stage no-such-stage" in done.stderr and "unknown stage another-unknown" in done.stderr
