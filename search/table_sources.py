@@ -47,7 +47,9 @@ SOURCES = {
                  # kernel under the bar, re-tuned with those finds (scripts/tune_grid.py --sweep-problems-only)
                  "tune_grid_searched_below2e32_2026-11-26_8e4d5a6.json.gz",
                  # the same after the searches resumed (search_table_2026-11-27_09f3270_*.sqlite.gz: 275-338 problems)
-                 "tune_grid_searched_below2e32_2026-11-27_09f3270.json.gz")),
+                 "tune_grid_searched_below2e32_2026-11-27_09f3270.json.gz",
+                 # and after the next resume (search_table_2026-11-27_af4df5c_*.sqlite.gz: 435-498 problems)
+                 "tune_grid_searched_below2e32_2026-11-27_af4df5c.json.gz")),
     "nvidia_h100_80gb_hbm3": Sources(
         sweeps=("sweep_2026-11-25_a3fd6a0.json.gz",),
         store=None,
