@@ -8,8 +8,9 @@ overlays the shipped one).
 Per problem (random inputs): every candidate cuBLASLt's heuristic offers (up to 100) and the candidate kernels are
 timed by CUDA-graph replay with programmatic dependent launch off, the fastest few re-timed; the fastest cuBLASLt
 configuration that passes an fp32-reference check is recorded, and a kernel is chosen instead only where it beats that
-configuration by the margin and passes the same check. Everything runs through the dispatcher's own cuBLASLt handle and
-workspace, so the table replays what was timed.
+configuration by the margin and passes the same check (where none does, the fastest kernel timed is recorded beside
+the configuration as `fastest_kernel`, which the dispatcher ignores). Everything runs through the dispatcher's own
+cuBLASLt handle and workspace, so the table replays what was timed.
 """
 from __future__ import annotations
 
@@ -273,6 +274,9 @@ def tune_problem(problem: Problem, kernels: list[tuple[str, Knobs]], margin: flo
         if win is not None:
             entry.update(kernel=win.kernel, **win.knobs.to_dict(), kernel_us=round(win.us, 3),
                          speedup=round(best.us / win.us, 4))
+        else:  # what lost and by how much: a near miss against the margin is told from a kernel far behind
+            lost = ranked_kernels[0]
+            entry["fastest_kernel"] = {"kernel": lost.kernel, **lost.knobs.to_dict(), "us": round(lost.us, 3)}
     return entry
 
 

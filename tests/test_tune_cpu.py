@@ -145,3 +145,32 @@ def test_near_ties_of_the_chosen_configuration_are_recorded_in_the_table(monkeyp
     monkeypatch.setattr(tune, "table_header", lambda device, header: {"tuned": "2026-11-26T23:42:37Z"})
     named = tune.merge_into(tmp_path / "t.json", 0, {}, written, name_run=True)  # one stamp names the run
     assert named["header"] == {"tuned": "2026-11-26T23:42:37Z", "search_run": "tune-2026-11-26T23:42:37Z"}
+
+
+def test_a_kernel_that_loses_by_the_margin_is_recorded_but_not_chosen(monkeypatch):
+    """A kernel 2% faster than the best configuration does not clear the 3% margin: the entry runs the configuration
+    and records the kernel as `fastest_kernel` (its name, knobs and time: a near miss told from a kernel far behind);
+    one 5% faster is chosen and nothing else is recorded."""
+    fake_cublaslt(monkeypatch, {0: 3.0, 1: 3.2}, wrong=set())
+    kernel_times = {"k_near": 2.94, "k_far": 4.0, "k_fast": 2.85}
+    monkeypatch.setattr(tune.ProblemRun, "make", classmethod(lambda cls, problem, seed=0: KernelRun()))
+    monkeypatch.setattr(tune, "graph_time_us", lambda fn, target_us=150.0, replays=5: fn())
+
+    class KernelRun:
+        a = b = out = None
+
+        def run_config(self, config):
+            return {0: 3.0, 1: 3.2}[config[0]]
+
+        def run_kernel(self, name, knobs):
+            return kernel_times[name]
+
+        def correct(self, run):
+            return True
+
+    problem = Problem("nt", "fp16", 64, 64, 64)
+    near = tune.tune_problem(problem, [("k_far", tune.DEFAULT_KNOBS), ("k_near", tune.DEFAULT_KNOBS)], 0.03)
+    assert "kernel" not in near and near["cublaslt_us"] == 3.0
+    assert near["fastest_kernel"] == {"kernel": "k_near", **tune.DEFAULT_KNOBS.to_dict(), "us": 2.94}
+    chosen = tune.tune_problem(problem, [("k_near", tune.DEFAULT_KNOBS), ("k_fast", tune.DEFAULT_KNOBS)], 0.03)
+    assert chosen["kernel"] == "k_fast" and chosen["kernel_us"] == 2.85 and "fastest_kernel" not in chosen
