@@ -60,6 +60,22 @@ def test_missing_builds_rebuild_in_the_background_and_an_evaluation_waits_for_th
     assert len(built) == len(BUILDS)
 
 
+def test_what_is_built_is_judged_while_the_background_rebuild_runs(tmp_path, monkeypatch):
+    """A request whose library exists gets its verdict before the rebuild ends; those that need the rebuild follow
+    it, each build still built once."""
+    backend, built = stand_in_backend(tmp_path, monkeypatch)
+    ready = tmp_path / "ready.so"
+    ready.write_bytes(b"so")
+    backend.farm.prebuilt = {BUILDS[0].build_key: ready}
+    backend.rebuild_missing(BUILDS)
+    began = time.monotonic()
+    verdicts = backend.evaluate_iter([(BUILDS[1], PROBLEM), (BUILDS[0], PROBLEM), (BUILDS[2], PROBLEM)])
+    first_index, first = next(verdicts)
+    assert (first_index, first.status) == (1, OK) and time.monotonic() - began < BUILD_S
+    assert {i: v.status for i, v in verdicts} == {0: OK, 2: OK}
+    assert sorted(built) == sorted(c.build_key for c in BUILDS[1:])
+
+
 def test_without_the_background_rebuild_an_evaluation_builds_what_it_lacks(tmp_path, monkeypatch):
     backend, built = stand_in_backend(tmp_path, monkeypatch)
     assert dict(backend.evaluate_iter([(BUILDS[1], PROBLEM)]))[0].status == OK

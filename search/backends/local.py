@@ -77,15 +77,30 @@ class LocalBackend:
 
     def evaluate_iter(self, requests: list[tuple[Candidate, Problem]]) -> Iterator[tuple[int, EvalResult]]:
         """(request index, verdict) as each is reached: first the candidates whose build failed, then each evaluated
-        one as its worker answers. A build missing here (a run resumed on a fresh machine whose artifacts were lost)
-        is rebuilt first; a candidate whose build fails gets the build's status (COMPILE_ERROR, or SCAN_REJECTED
-        when the compile farm refused its source for a banned construct) with the build log's tail."""
+        one as its worker answers. Requests whose builds rebuild_missing's background batch still holds wait for it
+        (once) after every other request was evaluated, so the judge works while nvcc does. A build missing here (a
+        run resumed on a fresh machine whose artifacts were lost) is rebuilt first; a candidate whose build fails
+        gets the build's status (COMPILE_ERROR, or SCAN_REJECTED when the compile farm refused its source for a
+        banned construct) with the build log's tail."""
         if self.compile_only:
             raise RuntimeError("this backend is compile-only (no GPU); evaluate with a backend made without it")
+        if self._rebuild is not None:
+            libraries = self.libraries()
+            waiting = [i for i, (c, _) in enumerate(requests) if c.build_key in self._rebuilding
+                       and c.build_key not in libraries]
+            if waiting:
+                held = set(waiting)
+                now = [i for i in range(len(requests)) if i not in held]
+                yield from ((now[j], v) for j, v in self.evaluate_iter([requests[i] for i in now]))
+                self._rebuild.join()  # the rest need rebuild_missing's batch: wait for it once
+                self._rebuild = None
+                yield from ((waiting[j], v) for j, v in self.evaluate_iter([requests[i] for i in waiting]))
+                return
+        yield from self._evaluate_built(requests)
+
+    def _evaluate_built(self, requests: list[tuple[Candidate, Problem]]) -> Iterator[tuple[int, EvalResult]]:
+        """evaluate_iter once no request waits for the background rebuild."""
         wanted = [c for c, _ in requests]
-        if self._rebuild is not None and {c.build_key for c in wanted} & self._rebuilding:
-            self._rebuild.join()  # rebuild_missing's batch holds some of them: wait for it once
-            self._rebuild = None
         libraries = self.libraries()
         missing = self._missing(wanted, libraries)
         if missing:  # built by an earlier call of a resumed run, on a machine whose artifacts are gone: rebuild
