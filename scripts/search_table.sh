@@ -6,7 +6,8 @@
 #                                    # 2^$SEARCH_MAX_LOG2_MNK (32), smallest first, for $SEARCH_MINUTES (default: what
 #                                    # the call's $CALL_S leaves); again to resume every store for that much more;
 #                                    # SEARCH_RESUME_FROM=benchmarks/results/<gpu_slug> resumes the committed stores
-#                                    # (search_table_*_<dtype>_<layout>.sqlite.gz, the latest of each case)
+#                                    # (search_table_*_<dtype>_<layout>.sqlite.gz, of each case the one with the
+#                                    # most evaluations: the latest snapshot of the run)
 #                                    # (SEARCH_PER_ROUND, SEARCH_MAX_BUILDS: scripts/gpu_check.sh, stage search-table)
 #   scripts/search_table.sh check    # the finds (kernels the stores measured under the bar) the library lacks: built
 #                                    # alone, GPU-tested, sanitized; the problems with finds re-tuned with them
@@ -56,12 +57,32 @@ bench_table() {  # bench_table OUT_DIR: the searched problems in kernel mode wit
   TUNED_BELOW=${SEARCH_MAX_LOG2_MNK:-32} TUNED_TABLE=kernels/sm90/$SLUG.json in_lanes "$1" TUNED_DTYPES bench-tuned
 }
 
+latest_store() {  # latest_store DIR CASE: DIR's committed store of CASE (e.g. fp16_nt) with the most evaluations (a
+  # resumed run's later snapshot holds every row of the earlier ones; the names sort by commit within a day, not by time)
+  python3 - "$@" <<'PY'
+import gzip, sqlite3, sys, tempfile
+from pathlib import Path
+
+
+def evaluations(path):
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as copy:
+        copy.write(gzip.decompress(path.read_bytes()))
+        copy.flush()
+        return sqlite3.connect(copy.name).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+
+
+stores = sorted(Path(sys.argv[1]).glob(f"*_{sys.argv[2]}.sqlite.gz"))
+print(max(stores, key=evaluations) if stores else "")
+PY
+}
+
 case $STEP in
   search)
     for ((i = 0; i < ${#CASES[@]}; i++)); do  # stores an earlier session committed, resumed (SEARCH_RESUME_FROM)
       read -r dtype layout <<<"${CASES[$i]}"
       store=$KEEP/search/lane$((i % GPUS))/search_${dtype}_$layout.sqlite
-      earlier=$(ls "${SEARCH_RESUME_FROM:-/nonexistent}"/*_${dtype}_$layout.sqlite.gz 2>/dev/null | tail -n 1)
+      earlier=""
+      [ ! -d "${SEARCH_RESUME_FROM:-/nonexistent}" ] || earlier=$(latest_store "$SEARCH_RESUME_FROM" "${dtype}_$layout")
       [ -f "$store" ] || [ -z "$earlier" ] || { mkdir -p "$(dirname "$store")" && gunzip -c "$earlier" >"$store"; }
     done
     share=$(python3 -c "print(round(($(left) - 150) / 60 / $PASSES, 1))")  # minutes per turn of lanes

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import sqlite3
 import subprocess
 import tarfile
 from pathlib import Path
@@ -84,17 +85,32 @@ def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer
         "pass2/lane1/summary.txt": f"gpus=1 case=bf16_nt minutes=3.5 keep={search}/lane1 stages=search-table"}
 
 
+def committed_store(path: Path, evaluations: int) -> bytes:
+    """A gzipped stand-in store at `path` holding `evaluations` rows in its evaluations table; its sqlite bytes."""
+    plain = path.with_suffix("")
+    with sqlite3.connect(plain) as db:
+        db.execute("CREATE TABLE evaluations (id INTEGER)")
+        db.executemany("INSERT INTO evaluations VALUES (?)", [(i,) for i in range(evaluations)])
+    db.close()
+    data = plain.read_bytes()
+    plain.unlink()
+    path.write_bytes(gzip.compress(data))
+    return data
+
+
 def test_search_table_resumes_the_committed_stores(tmp_path):
-    """SEARCH_RESUME_FROM: each case's latest committed store (gzip) is unpacked where its lane looks for it."""
+    """SEARCH_RESUME_FROM: of each case's committed stores (gzip), the latest snapshot of its run, the one with the
+    most evaluations (names of one day sort by commit, not by time), is unpacked where its lane looks for it."""
     committed = tmp_path / "results"
     committed.mkdir()
-    for date, payload in (("2026-11-26_aaa", b"old"), ("2026-11-27_bbb", b"new")):
-        (committed / f"search_table_{date}_bf16_nt.sqlite.gz").write_bytes(gzip.compress(payload))
+    newest = committed_store(committed / "search_table_2026-11-27_0aa_bf16_nt.sqlite.gz", 30)
+    for stamp, evaluations in (("2026-11-26_fff", 10), ("2026-11-27_fff", 20)):
+        committed_store(committed / f"search_table_{stamp}_bf16_nt.sqlite.gz", evaluations)
     done, keep = search_table(tmp_path, "search", GPUS="4", SEARCH_RESUME_FROM=str(committed), SEARCH_MINUTES="1")
     assert done.returncode == 0, done.stderr
     assert sorted(p.relative_to(keep).as_posix() for p in (keep / "search").rglob("*.sqlite")) == [
         "search/lane3/search_bf16_nt.sqlite"]
-    assert (keep / "search" / "lane3" / "search_bf16_nt.sqlite").read_bytes() == b"new"
+    assert (keep / "search" / "lane3" / "search_bf16_nt.sqlite").read_bytes() == newest
 
 
 def test_search_table_check_runs_a_header_edits_families_on_the_last_gpu_beside_the_finds(tmp_path):
