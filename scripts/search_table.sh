@@ -60,15 +60,15 @@ bench_table() {  # bench_table OUT_DIR: the searched problems in kernel mode wit
 latest_store() {  # latest_store DIR CASE: DIR's committed store of CASE (e.g. fp16_nt) with the most evaluations (a
   # resumed run's later snapshot holds every row of the earlier ones; the names sort by commit within a day, not by time)
   python3 - "$@" <<'PY'
-import gzip, sqlite3, sys, tempfile
+import sys
 from pathlib import Path
+
+from search.store import read_store
 
 
 def evaluations(path):
-    with tempfile.NamedTemporaryFile(suffix=".sqlite") as copy:
-        copy.write(gzip.decompress(path.read_bytes()))
-        copy.flush()
-        return sqlite3.connect(copy.name).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    with read_store(path) as store:
+        return store.query("SELECT COUNT(*) FROM evaluations")[0][0]
 
 
 stores = sorted(Path(sys.argv[1]).glob(f"*_{sys.argv[2]}.sqlite.gz"))

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import gzip
 import os
-import sqlite3
 import subprocess
 import tarfile
 from pathlib import Path
+
+from search.candidate import Problem
+from search.loop import RunArgs, Search
+from search.simulate import SimulatedBackend
+from search.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -86,12 +90,13 @@ def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer
 
 
 def committed_store(path: Path, evaluations: int) -> bytes:
-    """A gzipped stand-in store at `path` holding `evaluations` rows in its evaluations table; its sqlite bytes."""
+    """A gzipped search store at `path` of a simulated run of `evaluations` evaluations; its SQLite bytes."""
     plain = path.with_suffix("")
-    with sqlite3.connect(plain) as db:
-        db.execute("CREATE TABLE evaluations (id INTEGER)")
-        db.executemany("INSERT INTO evaluations VALUES (?)", [(i,) for i in range(evaluations)])
-    db.close()
+    store = Store(plain)
+    Search.start(store, SimulatedBackend(), RunArgs(budget_evals=evaluations),
+                 [Problem("nt", "bf16", 128, 128, 128), Problem("nt", "bf16", 64, 4096, 4096)]).run()
+    assert len(store.evaluations()) == evaluations
+    store.close()
     data = plain.read_bytes()
     plain.unlink()
     path.write_bytes(gzip.compress(data))

@@ -91,15 +91,15 @@ class LocalBackend:
             if waiting:
                 held = set(waiting)
                 now = [i for i in range(len(requests)) if i not in held]
-                yield from ((now[j], v) for j, v in self.evaluate_iter([requests[i] for i in now]))
+                yield from ((now[j], v) for j, v in self._evaluate_built([requests[i] for i in now]))
                 self._rebuild.join()  # the rest need rebuild_missing's batch: wait for it once
                 self._rebuild = None
-                yield from ((waiting[j], v) for j, v in self.evaluate_iter([requests[i] for i in waiting]))
+                yield from ((waiting[j], v) for j, v in self._evaluate_built([requests[i] for i in waiting]))
                 return
         yield from self._evaluate_built(requests)
 
     def _evaluate_built(self, requests: list[tuple[Candidate, Problem]]) -> Iterator[tuple[int, EvalResult]]:
-        """evaluate_iter once no request waits for the background rebuild."""
+        """evaluate_iter for requests none of which waits for the background rebuild."""
         wanted = [c for c, _ in requests]
         libraries = self.libraries()
         missing = self._missing(wanted, libraries)
