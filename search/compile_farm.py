@@ -7,12 +7,16 @@ checks every file they include, compiles them with a time limit and an output ca
 is linked; a refusal's outcome has status SCAN_REJECTED and its log starts with REFUSED. Each build lands as
 `<artifacts>/<build_key>.so` with its compiler log `<build_key>.log` (truncated); `manifest.json` records build_key
 -> library, ok, log, seconds, and the nvcc version and target archs, so that an artifacts folder built on a CPU
-machine (`--compile-only`) can be carried to the GPU machine and evaluated there.
+machine (`--compile-only`) can be carried to the GPU machine and evaluated there. Several searches may share one
+artifacts folder (one process per GPU): the manifest is updated under an exclusive lock on `manifest.json.lock`.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import fcntl
 import json
+import os
 import re
 import threading
 import time
@@ -163,8 +167,11 @@ class CompileFarm:
         kernel_lib.link_library({name: obj}, library, self.archs)
 
     def record(self, outcomes: dict[str, CompileOutcome]) -> None:
-        """Adds builds to the manifest (the one writer: builds may run elsewhere, e.g. as Ray tasks)."""
-        with self._lock:
+        """Adds builds to the manifest (the one writer: builds may run elsewhere, e.g. as Ray tasks). Safe against
+        the other threads of this farm and other processes sharing the folder: read, update and replace happen
+        under the folder's manifest lock, through a temporary file of this process's own."""
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        with self._lock, _exclusive(self.artifacts / f"{MANIFEST}.lock"):
             doc = self.manifest()
             doc["nvcc"] = nvcc_banner()
             doc["archs"] = self.archs
@@ -173,10 +180,20 @@ class CompileFarm:
                 artifact = out.artifact if prebuilt else Path(out.artifact).name if out.ok else ""
                 doc["builds"][key] = {"artifact": artifact, "ok": out.ok,
                                       "log": f"{key}.log", "seconds": round(out.seconds, 2)}
-            self.artifacts.mkdir(parents=True, exist_ok=True)
-            tmp = self.manifest_path.with_suffix(".tmp")
+            tmp = self.manifest_path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
             tmp.replace(self.manifest_path)
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Holds an exclusive advisory lock on `lock_path` (created if missing) for the block, across processes."""
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def artifact_paths(artifacts: Path) -> dict[str, Path]:

@@ -3,10 +3,13 @@ the CUTLASS headers, no GPU), and the build routing that needs neither."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+from pathlib import Path
 
 import pytest
 
 from build_tools import kernel_lib
+from search.backend import CompileOutcome
 from search.candidate import Candidate
 from search.compile_farm import (INSTALLED_LIBRARY, CompileFarm, artifact_paths, candidate_source, installed_kernels,
                                  source_arch_dir)
@@ -75,3 +78,27 @@ def test_installed_library_lists_its_kernels(tmp_path):
     kernels = installed_kernels(["90a"])
     assert kernels and set(kernels.values()) == {library.resolve()}
     assert installed_kernels(["75"]) == {}   # not among the library's targets
+
+
+def _record_many(artifacts: str, worker: int, count: int) -> None:
+    """One process's share of test_processes_sharing_a_folder_keep_every_record: `count` outcomes recorded one by
+    one, as a search's background builds do."""
+    farm = CompileFarm(Path(artifacts), ["90a"], jobs=1)
+    for i in range(count):
+        farm.record({f"w{worker}_k{i}": CompileOutcome(ok=False, artifact="", log="", seconds=0.0)})
+
+
+def test_processes_sharing_a_folder_keep_every_record(tmp_path, monkeypatch):
+    """Four searches (one per GPU) share build/search: their manifest updates must neither collide (a shared temporary
+    file's rename failed on the H200) nor lose each other's records (read-modify-write across processes)."""
+    monkeypatch.setattr("search.compile_farm.nvcc_banner", lambda: "nvcc stand-in")
+    context = multiprocessing.get_context("fork")  # the stand-in banner reaches the children
+    workers = [context.Process(target=_record_many, args=(str(tmp_path), w, 40)) for w in range(4)]
+    for proc in workers:
+        proc.start()
+    for proc in workers:
+        proc.join(60)
+    assert [proc.exitcode for proc in workers] == [0, 0, 0, 0]
+    builds = json.loads((tmp_path / "manifest.json").read_text())["builds"]
+    assert set(builds) == {f"w{w}_k{i}" for w in range(4) for i in range(40)}
+    assert not list(tmp_path.glob("*.tmp"))
