@@ -50,6 +50,7 @@ from search.store import Store
 POLICIES = ("rl", "random", "sweep")
 CONTRAST = 4           # best and worst measured candidates shown per problem
 NEIGHBOUR_DISTANCE = 4.0  # problems within this L1 distance in log2 (M, N, K) are neighbours
+EVIDENCE_DISTANCE = 2.0   # ... and within this one, their kernels' speedups are evidence for the problem's own
 
 
 @dataclasses.dataclass
@@ -195,12 +196,24 @@ class Search:
                 for best in sorted(self.measured.get(p.key, []), key=lambda m: m.us)[:1]]
         memory = Path(self.args.memory).read_text() if self.args.memory and Path(self.args.memory).exists() else ""
         return ProposalContext(self.arch, best=here[:CONTRAST], worst=here[-CONTRAST:][::-1] if here else [],
-                               neighbour_best=sorted(near, key=lambda m: -m.speedup)[:CONTRAST], memory=memory,
+                               neighbour_best=sorted(near, key=lambda m: -m.speedup)[:CONTRAST],
+                               near_kernels=self._near_kernels(problem), memory=memory,
                                seen=set(self.tried.get(problem.key, set())),
                                built=self.store.built_keys() | self.prebuilt | self.planned,
                                can_build=self.builds_left() > 0,
                                pool=(self.backend.measured_pool(problem) if hasattr(self.backend, "measured_pool")
                                      else None))
+
+    def _near_kernels(self, problem: Problem) -> dict[str, float]:
+        """Kernel -> the best speedup this run measured for it (any knobs) on the problems within EVIDENCE_DISTANCE
+        of `problem` (same dtype and layout; the problem itself included)."""
+        out: dict[str, float] = {}
+        for p in self.problems:
+            if (p.dtype, p.layout) == (problem.dtype, problem.layout) and _distance(p, problem) <= EVIDENCE_DISTANCE:
+                for m in self.measured.get(p.key, []):
+                    if m.candidate.config:
+                        out[m.candidate.config] = max(out.get(m.candidate.config, 0.0), m.speedup)
+        return out
 
     def builds_left(self) -> float:
         """New builds the run may still compile (infinite without max_builds)."""

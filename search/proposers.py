@@ -36,12 +36,15 @@ class ProposalContext:
     """What a proposer knows about one problem: the GPU's arch, the fastest and slowest measured candidates of this
     problem and of its neighbouring problems (with times), the contextual-memory text, the ids already tried, and
     the build keys already built (all a proposer may use once `can_build` is False) and, when the backend can
-    evaluate only some candidates (a replay of measured times), the ids it can: `pool` (None: the whole space)."""
+    evaluate only some candidates (a replay of measured times), the ids it can: `pool` (None: the whole space).
+    `near_kernels`: kernel -> the best speedup the run measured for it on this problem and its nearest neighbours
+    (the evidence that vetoes a kernel, `PolicyProposer.veto_below`)."""
 
     arch: int
     best: list[Measured] = dataclasses.field(default_factory=list)
     worst: list[Measured] = dataclasses.field(default_factory=list)
     neighbour_best: list[Measured] = dataclasses.field(default_factory=list)
+    near_kernels: dict[str, float] = dataclasses.field(default_factory=dict)
     memory: str = ""
     seen: set[str] = dataclasses.field(default_factory=set)
     built: set[str] = dataclasses.field(default_factory=set)
@@ -164,7 +167,12 @@ class PolicyProposer:
     which need no new build, in the order the policy prefers for the problem; then mutations of the elites, a `step`
     share moving one choice to an adjacent value, the others redrawing one choice from the policy); `sample` of them
     are drawn from the contextual policy; the rest are the untried points of a library (the built default kernels
-    and the best candidates of neighbouring problems) that the policy prefers for this problem. On the simulated
+    and the best candidates of neighbouring problems) that the policy prefers for this problem. A kernel the run
+    measured below `veto_below` of the bar on this problem and each of its nearest neighbours where it ran
+    (`ProposalContext.near_kernels`), at any knobs, is vetoed: proposed only when nothing else is left (the
+    prior and a warm start that never measured it would otherwise rank it first on every problem: the H200 store
+    `search_table_2026-11-27_af4df5c_fp16_nt.sqlite.gz` spent half its evaluations on two tiny kernels measured at
+    0.08-0.6 of the bar on every problem of 2^28-2^29). On the simulated
     benchmark (the calibrated arch-90 model), 24 evaluations per problem, 40 G1000 shapes, seeds 0-2, the proposer
     before the knob-variant exploitation (commit 95f7dc5; not measured again since) gave a geomean best speedup of
     1.166 / 1.080 / 1.131 against the sweep heuristic's 0.950 / 0.953 / 0.977 and random search's 0.831 / 0.836 /
@@ -175,7 +183,13 @@ class PolicyProposer:
     exploit: float = 0.5
     sample: float = 0.25
     step: float = 0.2
+    veto_below: float = 0.7
     provenance: str = "policy"
+
+    def vetoed(self, cand: Candidate, context: ProposalContext) -> bool:
+        """Whether the run measured `cand`'s kernel near this problem and never at `veto_below` of the bar or more."""
+        best = context.near_kernels.get(cand.config) if cand.config else None
+        return best is not None and best < self.veto_below
 
     def _library(self, problem: Problem, context: ProposalContext) -> list[Candidate]:
         defaults = [Candidate(config=cfg.name, provenance=self.provenance) for cfg in default_configs()
@@ -200,6 +214,7 @@ class PolicyProposer:
         replacement in proportion to their probability under the policy (the policy conditioned on the pool, which
         drawing until a point lands in it approximates at far greater cost)."""
         members = [candidate_of_id(cid, self.provenance) for cid in sorted(context.pool - context.seen)]
+        members = [c for c in members if not self.vetoed(c, context)] or members
         weights = [math.exp(self.policy.log_probability(problem, c)) for c in members]
         while wanted > 0 and members:
             i = self.policy.rng.choices(range(len(members)), weights=weights)[0] if sum(weights) > 0 else 0
@@ -211,8 +226,8 @@ class PolicyProposer:
         taken: set[str] = set()
         out: list[Candidate] = []
 
-        def take(cand: Candidate) -> bool:
-            if _fresh(cand, problem, context, taken):
+        def take(cand: Candidate, allow_vetoed: bool = False) -> bool:
+            if _fresh(cand, problem, context, taken) and (allow_vetoed or not self.vetoed(cand, context)):
                 taken.add(cand.id)
                 out.append(cand)
                 return True
@@ -224,7 +239,7 @@ class PolicyProposer:
         for cand in self._knob_variants_of_elites(problem, elites):
             if len(out) >= round(n * self.exploit):
                 break
-            take(cand)
+            take(cand, allow_vetoed=True)  # the problem's own best kernels: other knobs may rescue them
         for _ in range(MAX_DRAWS):
             if not elites or len(out) >= round(n * self.exploit):
                 break
@@ -248,4 +263,8 @@ class PolicyProposer:
                 cand = sample_built(rng, problem, context, self.provenance)  # build budget spent: built kernels
             if cand is not None:
                 take(cand)
+        for cand in self._library(problem, context):  # nothing else left: the vetoed kernels, best preferred first
+            if len(out) >= n:
+                break
+            take(cand, allow_vetoed=True)
         return [Proposal(c) for c in out]

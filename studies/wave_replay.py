@@ -12,6 +12,9 @@ searched table takes to the tuner).
     python -m studies.wave_replay --sweep benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \\
         --warm-from benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz \\
         --out benchmarks/results/nvidia_h100_80gb_hbm3/wave_replay_<date>_<commit>.json
+
+`--add-store STORE ...` widens the scored sweep's pools with a search store's verdicts on the same GPU model
+(`ReplayBackend`), e.g. to replay what a search measured that no sweep did.
 """
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.wave_replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", type=Path, required=True, help="the sweep file whose measurements score the runs")
     parser.add_argument("--warm-from", type=Path, nargs="+", required=True, help="sweep files of other GPUs")
+    parser.add_argument("--add-store", type=Path, nargs="*", default=[],
+                        help="search stores of the scored sweep's GPU model whose verdicts widen its pools")
     parser.add_argument("--out", type=Path, required=True, help="JSON results (.json); .md beside it")
     parser.add_argument("--max-log2-mnk", type=int, default=32)
     parser.add_argument("--per-problem", type=int, default=4, help="evaluations per problem (the budget)")
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args(argv)
     began = time.monotonic()
-    backend = ReplayBackend(args.sweep)
+    backend = ReplayBackend(args.sweep, tuple(args.add_store))
     env = backend.environment()
     check_leave_one_gpu_out(env, args.warm_from, args.sweep)
     warm = warm_start.load(args.warm_from)
@@ -75,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m studies.wave_replay " + " ".join(argv if argv is not None else sys.argv[1:])
     doc = {"header": {"study": "studies/wave_replay.py", "commit": git_commit(), "command": command,
                       "scored": str(args.sweep), "gpu": env["gpu_name"], "environment": env,
-                      "warm_from": [str(p) for p in args.warm_from], "problems": len(problems),
+                      "warm_from": [str(p) for p in args.warm_from], "added_stores": [str(p) for p in args.add_store],
+                      "problems": len(problems),
                       "wall_s": round(time.monotonic() - began, 1)},
            "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +104,8 @@ def render(doc: dict) -> str:
              f"- Scored by `{header['scored']}` (each row's cuBLASLt-autotune time the bar); warm start from "
              f"{', '.join(f'`{p}`' for p in header['warm_from'])}; {header['problems']} fp16 NT problems; "
              "candidates outside the sweep's measured pool re-drawn (studies/budget_replay.py says what this cannot "
-             "show)",
+             "show)" + ("; pools widened by the verdicts of " + ", ".join(f"`{p}`" for p in header["added_stores"])
+                        if header.get("added_stores") else ""),
              f"- Commit {header['commit']}; command: `{header['command']}`; {header['wall_s']} s on this machine", ""]
     lines += markdown_table(["proposals per problem and round", "order", "geomean best speedup (seeds)",
                              "problems with a candidate under the bar (seeds)"], rows)

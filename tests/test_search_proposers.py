@@ -50,3 +50,27 @@ def test_no_measurement_no_exploitation():
     """Before a problem has elites the proposals are the library's and the policy's (no knob variants first)."""
     proposals = PolicyProposer(Policy(90, seed=0), exploit=0.5).propose(PROBLEM, ProposalContext(90), 4)
     assert len(proposals) == 4 and all(p.candidate.knobs == (0, 0, 0) for p in proposals[:3])
+
+
+def _first_library_kernel(context: ProposalContext) -> str:
+    """The config the policy's library puts first for PROBLEM (what a cold policy proposes first)."""
+    return PolicyProposer(Policy(90, seed=0))._library(PROBLEM, context)[0].config
+
+
+def test_a_kernel_measured_far_below_the_bar_nearby_is_vetoed():
+    """The prior ranks a kernel first on every problem however the run measured it; once the run measured it below
+    veto_below on this problem and its neighbours, the library passes it over, and a kernel measured near the bar
+    anywhere near is kept."""
+    top = _first_library_kernel(ProposalContext(90))
+    vetoed = PolicyProposer(Policy(90, seed=0)).propose(PROBLEM, ProposalContext(90, near_kernels={top: 0.3}), 4)
+    assert len(vetoed) == 4 and top not in {p.candidate.config for p in vetoed}
+    kept = PolicyProposer(Policy(90, seed=0)).propose(PROBLEM, ProposalContext(90, near_kernels={top: 0.9}), 4)
+    assert top in {p.candidate.config for p in kept}
+
+
+def test_a_vetoed_kernel_is_still_proposed_when_nothing_else_is_left():
+    """With the build budget spent and one kernel built, the vetoed kernel fills the proposals rather than none."""
+    top = _first_library_kernel(ProposalContext(90))
+    context = ProposalContext(90, near_kernels={top: 0.3}, can_build=False, built={Candidate(config=top).build_key})
+    proposals = PolicyProposer(Policy(90, seed=0)).propose(PROBLEM, context, 2)
+    assert proposals and {p.candidate.config for p in proposals} == {top}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from search.backends.replay import ReplayBackend
-from search.candidate import INCORRECT, OK, UNSUPPORTED, Candidate
+from search.candidate import INCORRECT, OK, UNSUPPORTED, Candidate, Problem
 from search.errors import UserError
 from search.loop import RunArgs, Search
 from search.store import Store
@@ -122,3 +122,58 @@ def test_the_wave_study_runs_each_order_at_the_same_budget_and_counts_finds(smal
                                "runs": [{"seed": 0, "per_round": 4, "wave": None, **whole},
                                         {"seed": 0, "per_round": 4, "wave": 2, **waves}]})
     assert "| 4 | whole round |" in page and "| 4 | waves of 2 |" in page
+
+
+def test_a_store_widens_the_pools_scaled_to_the_sweeps_bar(small_sweep, tmp_path):
+    """A store's OK verdicts join the pools of a sweep that lacks them, each time scaled by the row's bar over the
+    verdict's own bar; a store of another GPU model is refused."""
+    backend = ReplayBackend(small_sweep)
+    problems = backend.measured_problems("nt", "fp16")
+    store = Store(tmp_path / "run.sqlite")
+    search = Search.start(store, backend, RunArgs(policy="random", budget_evals=4 * len(problems), max_builds=0),
+                          problems)
+    search.run()
+    row = next(r for r in store.evaluations(search.run_id) if r["status"] == OK)
+    cand, key = store.candidate(row["candidate_id"]), row["problem_key"]
+    store.close()
+    doc = read_sweep(small_sweep)
+    for sweep_row in doc["rows"]:
+        if Problem(sweep_row["layout"], sweep_row["dtype"], sweep_row["m"], sweep_row["n"], sweep_row["k"]).key == key:
+            sweep_row["candidates"] = [c for c in sweep_row["candidates"]
+                                       if Candidate(config=c["kernel"], knobs=(c["splits"], c["swizzle"],
+                                                                               c["raster"])).id != cand.id]
+            sweep_row["baseline_us"] *= 2
+    narrower = tmp_path / "narrower.json"
+    narrower.write_text(json.dumps(doc))
+    problem = next(p for p in problems if p.key == key)
+    assert cand.id not in ReplayBackend(narrower).measured_pool(problem)
+    widened = ReplayBackend(narrower, (tmp_path / "run.sqlite",))
+    assert cand.id in widened.measured_pool(problem)
+    (verdict,) = widened.evaluate([(cand, problem)])
+    assert verdict.status == OK and verdict.us == pytest.approx(2 * row["us"])
+    assert verdict.baseline_us / verdict.us == pytest.approx(row["baseline_us"] / row["us"])
+    other_gpu = tmp_path / "other_gpu.json"
+    other_gpu.write_text(json.dumps({**doc, "environment": {**doc["environment"], "gpu_name": "Another GPU"}}))
+    with pytest.raises(ValueError, match="measured on"):
+        ReplayBackend(other_gpu, (tmp_path / "run.sqlite",))
+
+
+def test_the_evidence_near_a_problem_is_each_kernels_best_on_it_and_its_near_neighbours(small_sweep):
+    """What vetoes a kernel (`ProposalContext.near_kernels`): its best measured speedup on the problem and on the
+    problems within EVIDENCE_DISTANCE of it (64 x 64 x 64 has three at distance 1; 4096^3 and 8192^3 are far)."""
+    from search.loop import EVIDENCE_DISTANCE, _distance  # noqa: PLC0415
+    backend = ReplayBackend(small_sweep)
+    problems = backend.measured_problems("nt", "fp16")
+    store = Store(":memory:")
+    search = Search.start(store, backend, RunArgs(policy="random", budget_evals=6 * len(problems), max_builds=0),
+                          problems)
+    search.run()
+    small = next(p for p in problems if (p.m, p.n, p.k) == (64, 64, 64))
+    near = {p.key for p in problems if _distance(p, small) <= EVIDENCE_DISTANCE}
+    assert len(near) == 4
+    expected: dict[str, float] = {}
+    for row in store.evaluations(search.run_id):
+        if row["status"] == OK and row["problem_key"] in near:
+            config = store.candidate(row["candidate_id"]).config
+            expected[config] = max(expected.get(config, 0.0), row["baseline_us"] / row["us"])
+    assert search.context(small).near_kernels == pytest.approx(expected) and expected

@@ -9,10 +9,15 @@ measure has no verdict here, so the search is restricted to the measured pool: `
 candidate ids the proposers may choose from (search.loop passes it to every proposer as `ProposalContext.pool`: a
 proposal outside it is re-drawn, never evaluated), and `prebuilt()` the kernels the pool holds (with no build budget
 the proposers keep to them). Replayed evaluations are real hardware timings, but of a restricted space: they can
-rank proposers on how fast they find the best of the measured pool, not on anything outside it.
+rank proposers on how fast they find the best of the measured pool, not on anything outside it. Search stores
+measured on the same GPU model (`stores`) widen the pools: each of their OK verdicts on a problem the sweep holds
+joins it (where the sweep did not measure that candidate), its time scaled by the sweep row's bar over the verdict's
+own paired bar, so that what the search itself measured (e.g. kernels the sweep never ran on large problems) can be
+proposed again and scored as the GPU scored it.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +25,7 @@ from cudal2_catalog.config import Knobs
 from search.backend import CompileOutcome, in_request_order
 from search.candidate import INCORRECT, OK, UNSUPPORTED, Candidate, EvalResult, Problem
 from search.candidate_space import check
+from search.store import read_store
 from search.table_select import read_sweep
 
 
@@ -32,7 +38,7 @@ def sweep_arch(environment: dict[str, Any]) -> int:
 class ReplayBackend:
     """The measurements of the sweep file at `path` as a backend (see the module docstring)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, stores: tuple[Path, ...] = ()):
         doc = read_sweep(Path(path))
         self.path = Path(path)
         self.arch = sweep_arch(doc["environment"])
@@ -52,6 +58,26 @@ class ReplayBackend:
                 cand = Candidate(config=c["kernel"], knobs=tuple(Knobs.from_dict(c)))
                 if check(cand, problem, self.arch)[0]:
                     records[cand.id] = c
+        for store in stores:
+            self._add_store(Path(store), doc["environment"]["gpu_name"])
+
+    def _add_store(self, path: Path, gpu_name: str) -> None:
+        """The OK verdicts of the store at `path` joined to the pools of the sweep's problems (module docstring);
+        ValueError when the store measured on another GPU model."""
+        with read_store(path) as store:
+            for run in store.runs():
+                measured_on = json.loads(run["environment"] or "{}").get("gpu_name")
+                if measured_on != gpu_name:
+                    raise ValueError(f"{path.name} run {run['id']} measured on {measured_on}, the sweep on {gpu_name}")
+            for row in store.evaluations():
+                records = self.measured.get(row["problem_key"])
+                if records is None or row["status"] != OK or not row["us"] or not row["baseline_us"]:
+                    continue
+                cand = store.candidate(row["candidate_id"])
+                if cand.config and cand.id not in records:
+                    scale = self.baselines[row["problem_key"]] / row["baseline_us"]
+                    records[cand.id] = {"kernel": cand.config, "correct": True, "us": row["us"] * scale,
+                                        "err": row["max_rel_err"], "from_store": path.name}
 
     def measured_problems(self, layout: str, dtype: str) -> list[Problem]:
         """The problems of `layout` / `dtype` with a baseline and at least one measured candidate, in file order."""
