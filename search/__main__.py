@@ -90,6 +90,7 @@ def drive(search: Search, quiet: bool) -> None:
 def cmd_run(ns: argparse.Namespace) -> int:
     """Starts a run; every input is checked (the --warm-start files read) before the store file is touched."""
     args = RunArgs(policy=ns.policy, llm=ns.llm, per_round=ns.per_round, wave=ns.wave, explore=ns.explore,
+                   veto_below=ns.veto_below,
                    budget_evals=ns.budget_evals, budget_minutes=ns.budget_minutes, seed=ns.seed,
                    compile_only=ns.compile_only, memory=ns.memory, arch=ns.arch, backend=ns.backend,
                    artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms,
@@ -284,6 +285,9 @@ def parser() -> argparse.ArgumentParser:
                           "GPU or another (search/warm_start.py)")
     run.add_argument("--explore", type=number(0, 1), default=0.0,
                      help="share of random proposals next to the policy (rl), 0 to 1")
+    run.add_argument("--veto-below", type=number(0, 10), default=0.7, metavar="SPEEDUP",
+                     help="rl: a kernel the run measured on a problem and its nearest neighbours, never at this "
+                          "share of the bar, is proposed there only when nothing else is left (0: no veto)")
     run.add_argument("--memory", default="", help="contextual-memory file for LLM prompts (updated every round)")
     run.add_argument("--seed", type=integer(0), default=0)
     run.add_argument("--sim-delay-ms", type=number(0, 3_600_000), default=0.0,

@@ -61,6 +61,7 @@ class RunArgs:
     llm: str = "none"
     per_round: int = 4
     explore: float = 0.0          # share of each problem's proposals drawn at random (policy rl)
+    veto_below: float = 0.7       # rl: PolicyProposer.veto_below (0: no veto)
     llm_share: float = 0.25       # share of each problem's proposals asked of the LLM (--llm other than none)
     llm_prior: float = 1.0        # the LLM as the policy's prior: its imitation step per LLM config (Policy.update)
     llm_group: int = 1            # completions sampled per LLM prompt (groups for group-relative RL export)
@@ -175,7 +176,7 @@ class Search:
     def _proposers(self) -> list[tuple[Proposer, str, float]]:
         """(proposer, provenance label, share of each problem's proposals)."""
         a = self.args
-        main = {"rl": PolicyProposer(self.policy), "random": RandomProposer(a.seed),
+        main = {"rl": PolicyProposer(self.policy, veto_below=a.veto_below), "random": RandomProposer(a.seed),
                 "sweep": SweepHeuristicProposer(a.seed)}[a.policy]
         shares = [(main, a.policy, 1.0)]
         if a.policy == "rl" and a.explore:

@@ -93,6 +93,7 @@ BAD_RUN_ARGUMENTS = {
     "fractional per round": ([], ["--per-round", "2.5"], "expected an integer"),
     "explore above 1": ([], ["--explore", "2.0"], "--explore"),
     "explore below 0": ([], ["--explore", "-0.1"], "--explore"),
+    "negative veto": ([], ["--veto-below", "-0.5"], "--veto-below"),
     "negative builds": ([], ["--max-builds", "-1"], "--max-builds"),
     "negative seed": ([], ["--seed", "-1"], "--seed"),
     "nan sim delay": ([], ["--sim-delay-ms", "nan"], "--sim-delay-ms"),

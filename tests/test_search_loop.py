@@ -300,3 +300,15 @@ def test_emit_without_measurements_says_so(tmp_path, capsys):
     store.close()
     assert cli.main(["emit", "--store", str(tmp_path / "s.db"), "--root", str(tmp_path / "k")]) == 2
     assert "no correct measured candidate" in capsys.readouterr().err and not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize("veto_below", [0.0, 0.8])
+def test_the_runs_veto_reaches_its_policy_proposer_and_survives_resume(tmp_path, veto_below):
+    """--veto-below is a run setting: the rl proposer gets it, a resumed run keeps it (0 turns the veto off)."""
+    store = Store(tmp_path / "s.sqlite")
+    search = Search.start(store, SimulatedBackend(), RunArgs(policy="rl", budget_evals=8, veto_below=veto_below),
+                          PROBLEMS)
+    search.run()
+    assert search.proposers[0][0].veto_below == veto_below
+    resumed = Search.resume(store, SimulatedBackend(), search.run_id, {"budget_evals": 16})
+    assert resumed.proposers[0][0].veto_below == veto_below
