@@ -71,6 +71,9 @@ SUMMARY="$OUT_DIR/summary.txt"
 # (one line: the stages split it with `read -a`, which stops at the first newline)
 WARM_SWEEPS="benchmarks/results/nvidia_h100_80gb_hbm3/sweep_2026-11-25_a3fd6a0.json.gz \
 benchmarks/results/nvidia_h100_80gb_hbm3/sweep_tiny_2026-11-25_b1c4805.json.gz benchmarks/results/nvidia_h200/sweep_2026-11-23_cc51879.json.gz"
+# ... and, for a searched table, the H200's searched-table stores too (what its search measured below 2^32: on replayed
+# H100 timings the fit with them found more, policy_veto_2026-11-27_0fbf0db/README.md)
+WARM_STORES=$(printf 'benchmarks/results/nvidia_h200/search_table_2026-11-27_3493618_%s.sqlite.gz ' fp16_nn fp16_nt bf16_nn bf16_nt)
 PROTOCOL_IMPLS=${PROTOCOL_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn}
 # bench-tuned: the same-layout bars and their independent repeats (the noise floor of docs/EVALUATION.md)
 TUNED_IMPLS=${TUNED_IMPLS:-cudal2,torch,cublaslt-autotune-nn,cublaslt-autotune-tn,cublaslt-autotune-nn-repeat,cublaslt-autotune-tn-repeat}
@@ -178,7 +181,7 @@ run_stage() {
                   # KEEP_DIR is resumed for SEARCH_MINUTES more
       local case=${SEARCH_DTYPE:-fp16}_${SEARCH_LAYOUT:-nt} dir=${KEEP_DIR:-$OUT_DIR} minutes=${SEARCH_MINUTES:-6}
       local store; mkdir -p "$dir"; store="$dir/search_$case.sqlite"
-      read -r -a warm <<<"${SEARCH_WARM_START:-$WARM_SWEEPS}"
+      read -r -a warm <<<"${SEARCH_WARM_START:-$WARM_SWEEPS $WARM_STORES}"
       local cmd budget=$minutes run_id
       if [ -f "$store" ]; then  # the latest run, finished or not, given SEARCH_MINUTES beyond what it has used
         read -r run_id budget < <("$PY" -c "import sys; from search.store import Store

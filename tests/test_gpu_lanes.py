@@ -137,7 +137,8 @@ def test_search_table_check_runs_a_header_edits_families_on_the_last_gpu_beside_
 
 def test_the_warm_start_sweeps_split_into_every_listed_file_and_each_is_committed():
     """gpu_check.sh's WARM_SWEEPS, split as its stages split it (`read -r -a`), names every sweep it lists (a newline
-    inside the value once cut the list to its first file) and each of them exists."""
+    inside the value once cut the list to its first file) and each of them exists; the search-table stage's list adds
+    WARM_STORES, four committed stores."""
     script = (REPO / "scripts" / "gpu_check.sh").read_text()
     assignment = script[script.index("\nWARM_SWEEPS=") + 1:]
     assignment = assignment[:assignment.index('"\n', assignment.index('="') + 2) + 1]
@@ -146,6 +147,14 @@ def test_the_warm_start_sweeps_split_into_every_listed_file_and_each_is_committe
                            capture_output=True, text=True, cwd=REPO, timeout=30).stdout.split()
     assert len(listed) >= 3 and split == listed
     assert all((REPO / path).is_file() for path in split)
+    stores_line = script[script.index("\nWARM_STORES=") + 1:]
+    stores_line = stores_line[:stores_line.index("\n") + 1]
+    table_split = subprocess.run(
+        ["bash", "-c", assignment + "\n" + stores_line + 'read -r -a warm <<<"$WARM_SWEEPS $WARM_STORES"; printf "%s\\n" "${warm[@]}"'],
+        capture_output=True, text=True, cwd=REPO, timeout=30).stdout.split()
+    stores = table_split[len(listed):]
+    assert table_split[:len(listed)] == listed and len(stores) == 4 and all(s.endswith(".sqlite.gz") for s in stores)
+    assert all((REPO / path).is_file() for path in stores)
 
 
 def test_each_steps_archive_holds_what_that_step_wrote(tmp_path):
