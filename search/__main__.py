@@ -27,6 +27,7 @@ from search.cli_args import SHAPES_HELP, arch, existing_file, integer, load_shap
 from search.errors import UserError
 from search.fault_injection import checkpoint
 from search.loop import POLICIES, RunArgs, Search, initial_policy, llm_proposer
+from search.proposers import VETO_BELOW
 from search.store import Store, read_store
 from search.table_select import DEFAULT_KERNEL_BUDGET, DEFAULT_MARGIN
 
@@ -285,7 +286,7 @@ def parser() -> argparse.ArgumentParser:
                           "GPU or another (search/warm_start.py)")
     run.add_argument("--explore", type=number(0, 1), default=0.0,
                      help="share of random proposals next to the policy (rl), 0 to 1")
-    run.add_argument("--veto-below", type=number(0, 10), default=0.7, metavar="SPEEDUP",
+    run.add_argument("--veto-below", type=number(0, 10), default=VETO_BELOW, metavar="SPEEDUP",
                      help="rl: a kernel the run measured on a problem and its nearest neighbours, never at this "
                           "share of the bar, is proposed there only when nothing else is left (0: no veto)")
     run.add_argument("--memory", default="", help="contextual-memory file for LLM prompts (updated every round)")

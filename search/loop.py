@@ -40,7 +40,7 @@ from search.candidate import INFEASIBLE, OK, SCAN_REJECTED, Candidate, EvalResul
 from search.errors import UserError
 from search.fault_injection import checkpoint
 from search.policy import Policy
-from search.proposers import (Measured, PolicyProposer, Proposer, ProposalContext, RandomProposer,
+from search.proposers import (VETO_BELOW, Measured, PolicyProposer, Proposer, ProposalContext, RandomProposer,
                               SweepHeuristicProposer)
 from search.reward import reward
 from search.candidate_space import check
@@ -61,7 +61,7 @@ class RunArgs:
     llm: str = "none"
     per_round: int = 4
     explore: float = 0.0          # share of each problem's proposals drawn at random (policy rl)
-    veto_below: float = 0.7       # rl: PolicyProposer.veto_below (0: no veto)
+    veto_below: float = VETO_BELOW  # rl: PolicyProposer.veto_below (0: no veto)
     llm_share: float = 0.25       # share of each problem's proposals asked of the LLM (--llm other than none)
     llm_prior: float = 1.0        # the LLM as the policy's prior: its imitation step per LLM config (Policy.update)
     llm_group: int = 1            # completions sampled per LLM prompt (groups for group-relative RL export)

@@ -19,6 +19,7 @@ from search.policy import Policy
 from search.candidate_space import check, neighbours, sample
 
 MAX_DRAWS = 200  # draws per wanted proposal before a proposer gives up on finding a new feasible point
+VETO_BELOW = 0.7  # PolicyProposer.veto_below's default: the share of the bar a kernel must reach near a problem
 
 
 @dataclasses.dataclass
@@ -183,7 +184,7 @@ class PolicyProposer:
     exploit: float = 0.5
     sample: float = 0.25
     step: float = 0.2
-    veto_below: float = 0.7
+    veto_below: float = VETO_BELOW
     provenance: str = "policy"
 
     def vetoed(self, cand: Candidate, context: ProposalContext) -> bool:

@@ -1,7 +1,8 @@
 """`python -m search report`: a store's runs as Markdown with plots (matplotlib, Agg).
 
 Sections: runs; throughput (evaluations per minute, compile time included and excluded); policies compared at equal
-evaluation budget (each run cut to the smallest run's count, over the problems they share); best speedup per shape;
+evaluation budget (each run cut to the smallest run's count, over the problems they share); where the evaluations went
+(by kernel family, with the slow verdicts and the finds); best speedup per shape;
 reward and best-geomean curves by policy; what the policy learned (most probable values per dimension for a problem
 of each log2(MNK) bucket); compile and evaluation counts; failures by status with example reasons. The winners'
 patterns by problem size are a study of the store (`python -m studies.findings --store STORE`).
@@ -13,11 +14,13 @@ import json
 import math
 from pathlib import Path
 
+from cudal2_catalog.config import HgemmConfig
 from cudal2_testing.measure.figures import save_png
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from search.candidate import OK
 from cudal2_testing.measure.summary import geomean, markdown_table
 from search.policy import Policy
+from search.proposers import VETO_BELOW
 from search.store import Store
 
 EXAMPLE_REASONS = 2
@@ -138,6 +141,29 @@ def plots(store: Store, evaluations: dict[str, list], out: Path) -> list[str]:
     return ["![best speedup per shape](best_speedup_per_shape.png)", "", "![reward by policy](reward_by_policy.png)"]
 
 
+def spending(store: Store) -> list[str]:
+    """Where each run's evaluations went, by kernel family: how many, how many of the judged ones came in under
+    VETO_BELOW of the bar (the waste the proposer's veto answers) and over it (finds)."""
+    rows = []
+    for run in store.runs():
+        by_family: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        evaluations = store.evaluations(run["id"])
+        for e in evaluations:
+            config = store.candidate(e["candidate_id"]).config
+            family = HgemmConfig.from_name(config).family if config else "source"
+            by_family[family]["evaluations"] += 1
+            if e["status"] == OK and e["us"]:
+                speedup = e["baseline_us"] / e["us"]
+                by_family[family]["slow"] += speedup < VETO_BELOW
+                by_family[family]["finds"] += speedup > 1.0
+        for family, n in sorted(by_family.items(), key=lambda item: -item[1]["evaluations"]):
+            rows.append([run["id"], family, n["evaluations"], f"{n['evaluations'] / len(evaluations):.0%}", n["slow"],
+                         n["finds"]])
+    lines = [f"Each run's evaluations by family: verdicts under {VETO_BELOW} of the bar (what the veto keeps a kernel "
+             "from repeating near where it was measured) and over it (finds).", ""]
+    return lines + markdown_table(["run", "family", "evaluations", "share", f"under {VETO_BELOW}", "over 1.0"], rows)
+
+
 def throughput(store: Store) -> list[str]:
     """Evaluations per minute of each run: over the run's own time (proposals, compiles and waits for them, the
     judge, the store: everything a GPU session holds the GPU for) and over the judge's time alone (the sum of its
@@ -182,6 +208,7 @@ def write_report(store: Store, out: Path, source: Path | None = None) -> Path:
                      "finished"], run_rows)
     lines += ["", "## Throughput", ""] + throughput(store)
     lines += ["", "## Policies at equal budget", ""] + comparison
+    lines += ["", "## Where the evaluations went", ""] + spending(store)
     lines += ["", "## Best speedup per shape", "", "The 10 best and 5 worst problems of each run:", ""]
     lines += markdown_table(["run", "problem", "best speedup"], best_rows)
     lines += ["", "## Plots", ""] + plots(store, evaluations, out)

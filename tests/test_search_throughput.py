@@ -159,3 +159,20 @@ def test_a_rounds_built_kernels_are_evaluated_while_its_new_builds_compile():
              for r in store.evaluations(search.run_id) if r["round"] == 0]
     assert True in order and False in order
     assert order == sorted(order, reverse=True)  # every built one before the first new build
+
+
+def test_the_report_says_where_each_runs_evaluations_went_by_family():
+    """`spending`: per run and family, its evaluations (the shares add up to the run's), the judged ones under the
+    veto's share of the bar and those over the bar, as the stored verdicts say."""
+    from search import run_report
+    from search.proposers import VETO_BELOW
+    store = Store(":memory:")
+    search = Search.start(store, SimulatedBackend(seed=0), RunArgs(policy="random", budget_evals=24), [P0, P1])
+    search.run()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in run_report.spending(store)
+            if line.startswith(f"| {search.run_id}")]
+    evaluations = store.evaluations(search.run_id)
+    assert sum(int(r[2]) for r in rows) == len(evaluations) == 24
+    speedups = [e["baseline_us"] / e["us"] for e in evaluations if e["status"] == OK and e["us"]]
+    assert sum(int(r[4]) for r in rows) == sum(s < VETO_BELOW for s in speedups)
+    assert sum(int(r[5]) for r in rows) == sum(s > 1.0 for s in speedups)
