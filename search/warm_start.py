@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import math
-import random
 import zlib
 from pathlib import Path
 
@@ -163,9 +162,5 @@ def warm_start(policy: Policy, measurements: list[Measurement], seed: int = 0) -
     fitted = [(problem, targets(policy, problem, measured, known)) for problem, measured in by_problem.items()]
     policy.fitted_configs = (policy.fitted_configs or frozenset()) | {cand.config for measured in by_problem.values()
                                                                       for cand, _ in measured}
-    rng = random.Random(seed)
-    for _ in range(EPOCHS):
-        rng.shuffle(fitted)
-        for problem, target in fitted:
-            policy.imitate(problem, target, FIT_RATE)
+    policy.fit(fitted, FIT_RATE, EPOCHS, seed)
     return used

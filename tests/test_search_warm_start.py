@@ -1,6 +1,8 @@
 """Warm start: the rl policy fit to earlier measurements (sweep files, search stores) before a run proposes."""
 from pathlib import Path
 
+import numpy as np
+
 from cudal2_testing.measure import shapes
 from search import warm_start
 from studies import budget_study
@@ -132,3 +134,22 @@ def test_a_kernel_the_source_never_measured_is_not_ranked_below_its_measured_los
     assert policy.log_probability(problem, unmeasured) > policy.log_probability(problem, measured_loser)
     assert policy.preference(problem, unmeasured) == cold
     assert Policy.from_json(policy.to_json()).fitted_configs == policy.fitted_configs
+
+
+def test_the_stacked_fit_takes_the_steps_of_imitate():
+    """Policy.fit (every dimension of a step at once) ends where the same shuffled passes of `imitate` end."""
+    import random  # noqa: PLC0415
+    problems = [Problem("nt", "fp16", 64 * 2 ** i, 4096, 512 * 2 ** (i % 3)) for i in range(6)]
+    reference = Policy(90)
+    steps = [(p, {"family": {reference.dims["family"][i % len(reference.dims["family"])]: 1.0},
+                  "sm80_cute.stages": {3: 0.7, 4: 0.3}}) for i, p in enumerate(problems)]
+    order, rng = list(steps), random.Random(5)
+    for _ in range(4):
+        rng.shuffle(order)
+        for problem, target in order:
+            reference.imitate(problem, target, 0.2)
+    stacked = Policy(90)
+    stacked.fit(list(steps), 0.2, 4, seed=5)
+    for dim in reference.dims:
+        assert np.allclose(stacked.weights[dim], reference.weights[dim], atol=1e-12), dim
+    assert not np.allclose(stacked.weights["family"], Policy(90).weights["family"])
