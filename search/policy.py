@@ -198,20 +198,13 @@ class Policy:
     def imitate(self, problem: Problem, targets: dict[str, dict[Any, float]], learning_rate: float) -> None:
         """One cross-entropy step of each dimension's softmax towards a target distribution over its values for
         `problem` (the warm start's advantage-weighted fit; the step vanishes once the policy matches)."""
-        phi = features(problem)
-        for dim, target in targets.items():
-            values = self.dims[dim]
-            q = np.zeros(len(values))
-            for value, weight in target.items():
-                q[values.index(value)] += weight
-            self.weights[dim] += learning_rate * np.outer(q / q.sum() - self.probabilities(dim, phi), phi)
+        self.fit([(problem, targets)], learning_rate, epochs=1)
 
     def fit(self, targets: list[tuple[Problem, dict[str, dict[Any, float]]]], learning_rate: float, epochs: int,
             seed: int = 0) -> None:
-        """`epochs` passes of `imitate` over (problem, targets) pairs in a seeded shuffled order, all dimensions of a
-        step at once (one matrix of the dimensions' weights stacked: the steps are those of `imitate`, which touch
-        each dimension's own weights only, at a fraction of the per-dimension cost; an offline fit of tens of
-        thousands of measurements takes seconds)."""
+        """`epochs` passes of `imitate`'s step over (problem, targets) pairs in a seeded shuffled order, all
+        dimensions of a step at once (each dimension's step touches its own weights only, so the dimensions' weights
+        are stacked in one matrix: an offline fit of tens of thousands of measurements takes seconds)."""
         dims = list(self.dims)
         sizes = np.array([len(self.dims[d]) for d in dims])
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])

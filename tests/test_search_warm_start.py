@@ -136,8 +136,9 @@ def test_a_kernel_the_source_never_measured_is_not_ranked_below_its_measured_los
     assert Policy.from_json(policy.to_json()).fitted_configs == policy.fitted_configs
 
 
-def test_the_stacked_fit_takes_the_steps_of_imitate():
-    """Policy.fit (every dimension of a step at once) ends where the same shuffled passes of `imitate` end."""
+def test_the_stacked_fit_takes_each_dimensions_cross_entropy_step():
+    """Policy.fit (every dimension of a step at once) ends where the same shuffled passes of one dimension's
+    cross-entropy step at a time end: w += rate * outer(target - softmax(w phi), phi)."""
     import random  # noqa: PLC0415
     problems = [Problem("nt", "fp16", 64 * 2 ** i, 4096, 512 * 2 ** (i % 3)) for i in range(6)]
     reference = Policy(90)
@@ -147,7 +148,10 @@ def test_the_stacked_fit_takes_the_steps_of_imitate():
     for _ in range(4):
         rng.shuffle(order)
         for problem, target in order:
-            reference.imitate(problem, target, 0.2)
+            phi = features(problem)
+            for dim, weights in target.items():
+                goal = np.array([weights.get(v, 0.0) for v in reference.dims[dim]])
+                reference.weights[dim] += 0.2 * np.outer(goal - reference.probabilities(dim, phi), phi)
     stacked = Policy(90)
     stacked.fit(list(steps), 0.2, 4, seed=5)
     for dim in reference.dims:
