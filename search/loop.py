@@ -192,26 +192,27 @@ class Search:
     def context(self, problem: Problem) -> ProposalContext:
         """The proposers' view of `problem`: contrastive examples here and in neighbouring problems, the memory."""
         here = sorted(self.measured.get(problem.key, []), key=lambda m: m.us)
-        near = [best for p in self.problems if p.key != problem.key and (p.dtype, p.layout) == (problem.dtype,
-                problem.layout) and _distance(p, problem) <= NEIGHBOUR_DISTANCE
-                for best in sorted(self.measured.get(p.key, []), key=lambda m: m.us)[:1]]
+        distance = {p.key: _distance(p, problem) for p in self.problems
+                    if (p.dtype, p.layout) == (problem.dtype, problem.layout)}
+        near = [best for key, d in distance.items() if key != problem.key and d <= NEIGHBOUR_DISTANCE
+                for best in sorted(self.measured.get(key, []), key=lambda m: m.us)[:1]]
         memory = Path(self.args.memory).read_text() if self.args.memory and Path(self.args.memory).exists() else ""
         return ProposalContext(self.arch, best=here[:CONTRAST], worst=here[-CONTRAST:][::-1] if here else [],
                                neighbour_best=sorted(near, key=lambda m: -m.speedup)[:CONTRAST],
-                               near_kernels=self._near_kernels(problem), memory=memory,
+                               near_kernels=self._near_kernels(distance), memory=memory,
                                seen=set(self.tried.get(problem.key, set())),
                                built=self.store.built_keys() | self.prebuilt | self.planned,
                                can_build=self.builds_left() > 0,
                                pool=(self.backend.measured_pool(problem) if hasattr(self.backend, "measured_pool")
                                      else None))
 
-    def _near_kernels(self, problem: Problem) -> dict[str, float]:
+    def _near_kernels(self, distance: dict[str, float]) -> dict[str, float]:
         """Kernel -> the best speedup this run measured for it (any knobs) on the problems within EVIDENCE_DISTANCE
-        of `problem` (same dtype and layout; the problem itself included)."""
+        (`distance`: problem key -> its distance to the problem, the problem itself included at 0)."""
         out: dict[str, float] = {}
-        for p in self.problems:
-            if (p.dtype, p.layout) == (problem.dtype, problem.layout) and _distance(p, problem) <= EVIDENCE_DISTANCE:
-                for m in self.measured.get(p.key, []):
+        for key, d in distance.items():
+            if d <= EVIDENCE_DISTANCE:
+                for m in self.measured.get(key, []):
                     if m.candidate.config:
                         out[m.candidate.config] = max(out.get(m.candidate.config, 0.0), m.speedup)
         return out

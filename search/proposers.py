@@ -250,7 +250,8 @@ class PolicyProposer:
             else:
                 take(self.policy.mutate(problem, elite))
         draws = round(n * self.sample)
-        for cand in self._library(problem, context):
+        library = self._library(problem, context)
+        for cand in library:
             if len(out) >= n - draws:
                 break
             take(cand)
@@ -264,7 +265,7 @@ class PolicyProposer:
                 cand = sample_built(rng, problem, context, self.provenance)  # build budget spent: built kernels
             if cand is not None:
                 take(cand)
-        for cand in self._library(problem, context):  # nothing else left: the vetoed kernels, best preferred first
+        for cand in library:  # nothing else left: the vetoed kernels, best preferred first
             if len(out) >= n:
                 break
             take(cand, allow_vetoed=True)
