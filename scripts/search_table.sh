@@ -85,7 +85,9 @@ case $STEP in
       [ ! -d "${SEARCH_RESUME_FROM:-/nonexistent}" ] || earlier=$(latest_store "$SEARCH_RESUME_FROM" "${dtype}_$layout")
       [ -f "$store" ] || [ -z "$earlier" ] || { mkdir -p "$(dirname "$store")" && gunzip -c "$earlier" >"$store"; }
     done
-    share=$(python3 -c "print(round(($(left) - 150) / 60 / $PASSES, 1))")  # minutes per turn of lanes
+    # minutes per turn of lanes: the call's time less 90 s (the summaries, the archive) and 30 s a turn (each stage's
+    # start-up beyond its budget: Python, the warm start's fit, the judge; 28 s on one H100, the four cases in turns)
+    share=$(python3 -c "print(round(($(left) - 90 - 30 * $PASSES) / 60 / $PASSES, 1))")
     export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$share}
     in_lanes "$KEEP/s" SEARCH_DTYPE search-table ;;
   check)

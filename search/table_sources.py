@@ -60,7 +60,10 @@ SOURCES = {
                  "tune_grid_below2e30_2026-11-25_b1c4805.json.gz",
                  *(f"tune_grid_{part}_2026-11-26_730621b.json.gz" for part in ("g1000_fp16", "g1000_bf16", "llm")),
                  "tune_grid_llm_candidates_2026-11-26_6c1e706.json.gz",
-                 "tune_grid_below2e28_tinycand_2026-11-26_137420a.json.gz")),
+                 "tune_grid_below2e28_tinycand_2026-11-26_137420a.json.gz",
+                 # the problems where the searches search_table_2026-11-27_55b702d_*.sqlite.gz (the smallest 64-80 of
+                 # 696 problems below 2^32) found a kernel under the bar, re-tuned with those finds
+                 "tune_grid_searched_below2e32_2026-11-27_55b702d.json.gz")),
 }
 
 
