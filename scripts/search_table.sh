@@ -23,7 +23,8 @@
 # Then, on the CPU machine: the stores and the merged tuning committed under benchmarks/results/<gpu_slug>/, the tuning
 # added to search/table_sources.py, `python -m search.table_sources <gpu_slug>`, and `python -m studies.table_change`
 # on the two benchmarks. With fewer than four GPUs the cases run in turns. Each step ends with what it wrote or changed
-# in KEEP packed into $OUT/keep_<step>.tgz (a lent machine's way back; unpack the steps' archives in order).
+# in KEEP packed into $OUT/keep_<step>.tgz (a lent machine's way back; unpack the steps' archives in order), also when
+# it fails or is stopped (SIGTERM or SIGINT, e.g. a call's time limit): a cut search's stores still come back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEP=${1:?usage: scripts/search_table.sh search|check|bench|bench-old}
@@ -31,6 +32,12 @@ export KEEP=${KEEP:-/tmp/keep} PYTHONUNBUFFERED=1
 mkdir -p "$KEEP"
 touch "$KEEP/.began_$STEP"  # what this step writes or changes is newer (its archive holds only that)
 t0=$SECONDS
+pack_keep() {  # what the step wrote or changed in KEEP, into $OUT/keep_$STEP.tgz
+  [ -z "${OUT:-}" ] || (cd "$KEEP" && find . -type f -newer ".began_$STEP" ! -name "*.so" ! -name "*.lock" \
+    ! -name built ! -name ".began_*" -print0 | tar czf "$OUT/keep_$STEP.tgz" --null -T -)
+}
+trap pack_keep EXIT
+trap 'echo "step $STEP stopped at $((SECONDS - t0)) s" >&2; exit 143' TERM INT
 left() { echo $(( ${CALL_S:-570} - (SECONDS - t0) )); }
 export GPU_CHECK=${GPU_CHECK:-scripts/gpu_check.sh}  # the stage runner (the tests give a stand-in)
 [ -f "$KEEP/built" ] || { "$GPU_CHECK" "$KEEP/build" build && touch "$KEEP/built"; } || exit 1
@@ -118,5 +125,3 @@ echo "step $STEP done at $((SECONDS - t0)) s"
 find "$KEEP" -name summary.txt | sort | while read -r f; do
   echo "== $f"; grep -v "%|" "$f" | tail -n 8 | cut -c1-300
 done
-[ -z "${OUT:-}" ] || (cd "$KEEP" && find . -type f -newer ".began_$STEP" ! -name "*.so" ! -name "*.lock" ! -name built \
-  ! -name ".began_*" -print0 | tar czf "$OUT/keep_$STEP.tgz" --null -T -)

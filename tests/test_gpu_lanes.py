@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 from search.candidate import Problem
@@ -174,6 +176,38 @@ def test_each_steps_archive_holds_what_that_step_wrote(tmp_path):
     assert "s/pass0/lane3/summary.txt" in names["search"] and not any(n.startswith("s/") for n in names["check"])
     assert "finds/summary.txt" in names["check"] and "tune/pass0/lane3/summary.txt" in names["check"]
     assert not any(n == "built" or n.startswith(".began") or n.endswith(".so") for n in names["search"] | names["check"])
+
+
+def test_a_stopped_step_still_packs_what_it_wrote(tmp_path):
+    """A step stopped by SIGTERM to its process group (a call's time limit) exits 143 and still leaves
+    $OUT/keep_<step>.tgz with what it wrote so far: a cut search's stores come back."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stand_in = SEARCH_STAND_IN + ('[ "$*" = search-table ] || exit 0  # the lanes\' build check\n'
+                                  'mkdir -p "$KEEP_DIR"\n'
+                                  'echo rows > "$KEEP_DIR/search_${SEARCH_DTYPE}_${SEARCH_LAYOUT}.sqlite"\nsleep 60\n')
+    runner = tmp_path / "gpu_check_stand_in.sh"
+    runner.write_text(stand_in)
+    runner.chmod(0o755)
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "built").touch()
+    env = {**os.environ, "GPU_CHECK": str(runner), "KEEP": str(keep), "GPU_SLUG": "test_gpu", "GPUS": "1",
+           "OUT": str(out), "SEARCH_MINUTES": "1"}
+    step = subprocess.Popen(["bash", str(REPO / "scripts" / "search_table.sh"), "search"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    store = keep / "search" / "lane0" / "search_fp16_nn.sqlite"
+    deadline = time.monotonic() + 30
+    while not store.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(step.pid, signal.SIGTERM)
+    _, stderr = step.communicate(timeout=30)
+    assert step.returncode == 143, stderr
+    assert "step search stopped" in stderr
+    with tarfile.open(out / "keep_search.tgz") as archive:
+        names = {name.removeprefix("./") for name in archive.getnames()}
+    assert "search/lane0/search_fp16_nn.sqlite" in names and "s/pass0/lane0/summary.txt" in names
+    assert not any(name.startswith("s/pass1") for name in names)  # the later turns never started
 
 
 def test_gpu_check_exits_nonzero_when_a_stage_fails_and_runs_the_rest(tmp_path):
