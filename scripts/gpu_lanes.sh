@@ -6,8 +6,9 @@
 #   e.g. scripts/gpu_lanes.sh /tmp/out "0,1,2:budget-hw" "3:judge-bench tune-grid gate"
 #
 # Lane i writes OUT_DIR/laneI (its summary.txt, logs and results) and keeps its results in ${KEEP_DIR}/laneI when
-# KEEP_DIR is set, so a next call with the same lanes continues them. Environment variables reach every lane
-# (per-lane settings: put them in the stage list as VAR=value words, e.g. "3:TUNED_DTYPES=fp16 bench-tuned").
+# KEEP_DIR is set (or where its own KEEP_DIR=... setting says), so a next call with the same lanes continues them.
+# Environment variables reach every lane (per-lane settings: put them in the stage list as VAR=value words, e.g.
+# "3:TUNED_DTYPES=fp16 bench-tuned").
 # Timings are per GPU, so lanes do not disturb each other's figures beyond the shared host CPUs; each results file
 # records the GPU it ran on. The last lines printed are every lane's summary. GPU_CHECK names the stage runner
 # (default scripts/gpu_check.sh; the tests give a stand-in).

@@ -22,7 +22,10 @@
 #
 # Then, on the CPU machine: the stores and the merged tuning committed under benchmarks/results/<gpu_slug>/, the tuning
 # added to search/table_sources.py, `python -m search.table_sources <gpu_slug>`, and `python -m studies.table_change`
-# on the two benchmarks. With fewer than four GPUs the cases run in turns. Each step ends with what it wrote or changed
+# on the two benchmarks. With fewer than four GPUs the cases run in turns; TABLE_CASES (default "fp16_nn fp16_nt bf16_nn
+# bf16_nt") limits a step to some of them, so that a one-GPU call can give its whole time to one case (each case keeps
+# its store in KEEP/search/<case>, and each turn of lanes writes under <step folder>/<its cases joined by +>/laneI, the
+# same case in the same place whichever turn or lane runs it). Each step ends with what it wrote or changed
 # in KEEP packed into $OUT/keep_<step>.tgz (a lent machine's way back; unpack the steps' archives in order), also when
 # it fails or is stopped (SIGTERM or SIGINT, e.g. a call's time limit): a cut search's stores still come back.
 set -uo pipefail
@@ -44,19 +47,29 @@ export GPU_CHECK=${GPU_CHECK:-scripts/gpu_check.sh}  # the stage runner (the tes
 SLUG=${GPU_SLUG:-$(python3 -c "import torch; from cudal2_ops.tables import gpu_slug
 print(gpu_slug(torch.cuda.get_device_name(0)))")}
 GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
-CASES=("fp16 nn" "fp16 nt" "bf16 nn" "bf16 nt")
+CASES=()
+for case in ${TABLE_CASES:-fp16_nn fp16_nt bf16_nn bf16_nt}; do
+  case $case in
+    fp16_nn | fp16_nt | bf16_nn | bf16_nt) CASES+=("${case/_/ }") ;;
+    *) echo "TABLE_CASES: unknown case $case (fp16_nn, fp16_nt, bf16_nn or bf16_nt)" >&2; exit 2 ;;
+  esac
+done
 PASSES=$(( (${#CASES[@]} + GPUS - 1) / GPUS ))  # turns of lanes when there are fewer GPUs than cases
 echo "$SLUG, $GPUS GPUs, built at $((SECONDS - t0)) s"
 
-in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE: STAGE for every case, PREFIX (..._DTYPE[S]) and its _LAYOUT[S] per lane
-  local out=$1 prefix=$2 stage=$3 first specs i
+in_lanes() {  # in_lanes OUT_DIR PREFIX STAGE [KEEP_ROOT]: STAGE for every case in turns of GPUS lanes, PREFIX
+  # (..._DTYPE[S]) and its _LAYOUT[S] set per lane; a turn writes OUT_DIR/<its cases joined by +>/laneI; with KEEP_ROOT
+  # each case keeps its results in KEEP_ROOT/<case> (the stage's KEEP_DIR)
+  local out=$1 prefix=$2 stage=$3 keep_root=${4:-} first specs i name keep
   for ((first = 0; first < ${#CASES[@]}; first += GPUS)); do
-    specs=()
+    specs=(); name=""
     for ((i = first; i < first + GPUS && i < ${#CASES[@]}; i++)); do
       read -r dtype layout <<<"${CASES[$i]}"
-      specs+=("$((i - first)):${prefix}=$dtype ${prefix/DTYPE/LAYOUT}=$layout $stage")
+      keep=""; [ -z "$keep_root" ] || keep="KEEP_DIR=$keep_root/${dtype}_$layout "
+      specs+=("$((i - first)):$keep${prefix}=$dtype ${prefix/DTYPE/LAYOUT}=$layout $stage")
+      name+="${name:++}${dtype}_$layout"
     done
-    scripts/gpu_lanes.sh "$out/pass$first" "${specs[@]}"
+    scripts/gpu_lanes.sh "$out/$name" "${specs[@]}"
   done
 }
 
@@ -87,7 +100,7 @@ case $STEP in
   search)
     for ((i = 0; i < ${#CASES[@]}; i++)); do  # stores an earlier session committed, resumed (SEARCH_RESUME_FROM)
       read -r dtype layout <<<"${CASES[$i]}"
-      store=$KEEP/search/lane$((i % GPUS))/search_${dtype}_$layout.sqlite
+      store=$KEEP/search/${dtype}_$layout/search_${dtype}_$layout.sqlite
       earlier=""
       [ ! -d "${SEARCH_RESUME_FROM:-/nonexistent}" ] || earlier=$(latest_store "$SEARCH_RESUME_FROM" "${dtype}_$layout")
       [ -f "$store" ] || [ -z "$earlier" ] || { mkdir -p "$(dirname "$store")" && gunzip -c "$earlier" >"$store"; }
@@ -95,8 +108,8 @@ case $STEP in
     # minutes per turn of lanes: the call's time less 90 s (the summaries, the archive) and 30 s a turn (each stage's
     # start-up beyond its budget: Python, the warm start's fit, the judge; 28 s on one H100, the four cases in turns)
     share=$(python3 -c "print(round(($(left) - 90 - 30 * $PASSES) / 60 / $PASSES, 1))")
-    export KEEP_DIR=$KEEP/search SEARCH_MINUTES=${SEARCH_MINUTES:-$share}
-    in_lanes "$KEEP/s" SEARCH_DTYPE search-table ;;
+    export SEARCH_MINUTES=${SEARCH_MINUTES:-$share}
+    in_lanes "$KEEP/s" SEARCH_DTYPE search-table "$KEEP/search" ;;
   check)
     TUNE_SWEEPS="$(find "$KEEP/search" -name 'search_*.sqlite' | sort | tr '\n' ' ')"
     export TUNE_SWEEPS

@@ -76,19 +76,39 @@ def search_table(tmp_path: Path, step: str, stand_in: str = SEARCH_STAND_IN, **s
     return done, keep
 
 
+def summaries(folder: Path) -> dict[str, str]:
+    """Every lane summary under `folder` (a step's output folder in KEEP), by its path there."""
+    return {path.relative_to(folder).as_posix(): path.read_text().strip()
+            for path in sorted(folder.glob("*/lane*/summary.txt"))}
+
+
 def test_search_table_gives_each_case_a_gpu_and_takes_turns_when_there_are_fewer(tmp_path):
     """scripts/search_table.sh search: one lane per dtype x layout; with 2 GPUs two turns of two lanes, each lane's
-    search given half of what the call leaves, its store kept under KEEP/search."""
+    search given half of what the call leaves, its store kept under KEEP/search/<case>."""
     done, keep = search_table(tmp_path, "search", GPUS="2", CALL_S="570")
     assert done.returncode == 0, done.stderr
-    summaries = {path.relative_to(keep / "s").as_posix(): path.read_text().strip()
-                 for path in sorted((keep / "s").glob("pass*/lane*/summary.txt"))}
+    lane = "gpus={0} case={1} minutes=3.5 keep=" + str(keep / "search") + "/{1} stages=search-table"
+    assert summaries(keep / "s") == {
+        "fp16_nn+fp16_nt/lane0/summary.txt": lane.format(0, "fp16_nn"),
+        "fp16_nn+fp16_nt/lane1/summary.txt": lane.format(1, "fp16_nt"),
+        "bf16_nn+bf16_nt/lane0/summary.txt": lane.format(0, "bf16_nn"),
+        "bf16_nn+bf16_nt/lane1/summary.txt": lane.format(1, "bf16_nt")}
+
+
+def test_table_cases_give_a_call_to_some_cases_and_keep_each_case_in_its_place(tmp_path):
+    """TABLE_CASES: a one-GPU call searches only the cases named, with the whole call's time; a case keeps its store
+    folder and its output folder whichever call runs it, so calls for other cases leave its results alone; an unknown
+    case is refused."""
+    for cases in ("bf16_nt", "fp16_nn bf16_nt"):  # 7.5 minutes for the one case, then 3.5 each for two
+        done, keep = search_table(tmp_path, "search", GPUS="1", CALL_S="570", TABLE_CASES=cases)
+        assert done.returncode == 0, done.stderr
     search = keep / "search"
-    assert summaries == {
-        "pass0/lane0/summary.txt": f"gpus=0 case=fp16_nn minutes=3.5 keep={search}/lane0 stages=search-table",
-        "pass0/lane1/summary.txt": f"gpus=1 case=fp16_nt minutes=3.5 keep={search}/lane1 stages=search-table",
-        "pass2/lane0/summary.txt": f"gpus=0 case=bf16_nn minutes=3.5 keep={search}/lane0 stages=search-table",
-        "pass2/lane1/summary.txt": f"gpus=1 case=bf16_nt minutes=3.5 keep={search}/lane1 stages=search-table"}
+    lane = "gpus=0 case={0} minutes={1} keep=" + str(search) + "/{0} stages=search-table"
+    assert summaries(keep / "s") == {
+        "bf16_nt/lane0/summary.txt": lane.format("bf16_nt", 7.5) + "\n" + lane.format("bf16_nt", 3.5),
+        "fp16_nn/lane0/summary.txt": lane.format("fp16_nn", 3.5)}
+    done, _ = search_table(tmp_path, "search", GPUS="1", TABLE_CASES="fp32_nn")
+    assert done.returncode == 2 and "TABLE_CASES: unknown case fp32_nn" in done.stderr
 
 
 def committed_store(path: Path, evaluations: int) -> bytes:
@@ -116,8 +136,8 @@ def test_search_table_resumes_the_committed_stores(tmp_path):
     done, keep = search_table(tmp_path, "search", GPUS="4", SEARCH_RESUME_FROM=str(committed), SEARCH_MINUTES="1")
     assert done.returncode == 0, done.stderr
     assert sorted(p.relative_to(keep).as_posix() for p in (keep / "search").rglob("*.sqlite")) == [
-        "search/lane3/search_bf16_nt.sqlite"]
-    assert (keep / "search" / "lane3" / "search_bf16_nt.sqlite").read_bytes() == newest
+        "search/bf16_nt/search_bf16_nt.sqlite"]
+    assert (keep / "search" / "bf16_nt" / "search_bf16_nt.sqlite").read_bytes() == newest
 
 
 def test_search_table_check_runs_a_header_edits_families_on_the_last_gpu_beside_the_finds(tmp_path):
@@ -173,8 +193,9 @@ def test_each_steps_archive_holds_what_that_step_wrote(tmp_path):
     for step in ("search", "check"):
         with tarfile.open(out / f"keep_{step}.tgz") as archive:
             names[step] = {name.removeprefix("./") for name in archive.getnames()}
-    assert "s/pass0/lane3/summary.txt" in names["search"] and not any(n.startswith("s/") for n in names["check"])
-    assert "finds/summary.txt" in names["check"] and "tune/pass0/lane3/summary.txt" in names["check"]
+    turn = "fp16_nn+fp16_nt+bf16_nn+bf16_nt"
+    assert f"s/{turn}/lane3/summary.txt" in names["search"] and not any(n.startswith("s/") for n in names["check"])
+    assert "finds/summary.txt" in names["check"] and f"tune/{turn}/lane3/summary.txt" in names["check"]
     assert not any(n == "built" or n.startswith(".began") or n.endswith(".so") for n in names["search"] | names["check"])
 
 
@@ -196,7 +217,7 @@ def test_a_stopped_step_still_packs_what_it_wrote(tmp_path):
            "OUT": str(out), "SEARCH_MINUTES": "1"}
     step = subprocess.Popen(["bash", str(REPO / "scripts" / "search_table.sh"), "search"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    store = keep / "search" / "lane0" / "search_fp16_nn.sqlite"
+    store = keep / "search" / "fp16_nn" / "search_fp16_nn.sqlite"
     deadline = time.monotonic() + 30
     while not store.is_file() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -206,8 +227,8 @@ def test_a_stopped_step_still_packs_what_it_wrote(tmp_path):
     assert "step search stopped" in stderr
     with tarfile.open(out / "keep_search.tgz") as archive:
         names = {name.removeprefix("./") for name in archive.getnames()}
-    assert "search/lane0/search_fp16_nn.sqlite" in names and "s/pass0/lane0/summary.txt" in names
-    assert not any(name.startswith("s/pass1") for name in names)  # the later turns never started
+    assert "search/fp16_nn/search_fp16_nn.sqlite" in names and "s/fp16_nn/lane0/summary.txt" in names
+    assert not any(name.startswith("s/fp16_nt") for name in names)  # the later turns never started
 
 
 def test_gpu_check_exits_nonzero_when_a_stage_fails_and_runs_the_rest(tmp_path):
