@@ -48,10 +48,10 @@ SLUG=${GPU_SLUG:-$(python3 -c "import torch; from cudal2_ops.tables import gpu_s
 print(gpu_slug(torch.cuda.get_device_name(0)))")}
 GPUS=${GPUS:-$(nvidia-smi -L | wc -l)}
 CASES=()
-for case in ${TABLE_CASES:-fp16_nn fp16_nt bf16_nn bf16_nt}; do
-  case $case in
-    fp16_nn | fp16_nt | bf16_nn | bf16_nt) CASES+=("${case/_/ }") ;;
-    *) echo "TABLE_CASES: unknown case $case (fp16_nn, fp16_nt, bf16_nn or bf16_nt)" >&2; exit 2 ;;
+for wanted in ${TABLE_CASES:-fp16_nn fp16_nt bf16_nn bf16_nt}; do
+  case $wanted in
+    fp16_nn | fp16_nt | bf16_nn | bf16_nt) CASES+=("${wanted/_/ }") ;;
+    *) echo "TABLE_CASES: unknown case $wanted (fp16_nn, fp16_nt, bf16_nn or bf16_nt)" >&2; exit 2 ;;
   esac
 done
 PASSES=$(( (${#CASES[@]} + GPUS - 1) / GPUS ))  # turns of lanes when there are fewer GPUs than cases
