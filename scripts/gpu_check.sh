@@ -173,7 +173,8 @@ run_stage() {
                  if [ -z "$names" ]; then echo "new-kernels: none" | tee -a "$SUMMARY"
                  else echo "new-kernels: $names" >>"$SUMMARY"; check_kernels new_kernels "$names" build/new_kernels.so; fi ;;
     search-table) # one dtype and layout of a searched table: the rl policy warm-started (SEARCH_WARM_START) on
-                  # SEARCH_SHAPES (g1000+llm) below SEARCH_MAX_LOG2_MNK (32), smallest first, for SEARCH_MINUTES (6) of
+                  # SEARCH_SHAPES (g1000+llm) below SEARCH_MAX_LOG2_MNK (32), smallest first (SEARCH_WINS_FIRST_FROM:
+                  # the wins of those stores first, search/problem_order.py), for SEARCH_MINUTES (6) of
                   # the run's own time, SEARCH_MAX_BUILDS (16) new builds, SEARCH_PER_ROUND (4) proposals per problem
                   # and round (a round visits every problem before the next: fewer reach more problems in a short
                   # run), SEARCH_WAVE (32) problems proposed at a time (each wave after the verdicts of the waves
@@ -182,7 +183,8 @@ run_stage() {
       local case=${SEARCH_DTYPE:-fp16}_${SEARCH_LAYOUT:-nt} dir=${KEEP_DIR:-$OUT_DIR} minutes=${SEARCH_MINUTES:-6}
       local store; mkdir -p "$dir"; store="$dir/search_$case.sqlite"
       read -r -a warm <<<"${SEARCH_WARM_START:-$WARM_SWEEPS $WARM_STORES}"
-      local cmd budget=$minutes run_id
+      local cmd budget=$minutes run_id order=()
+      [ -z "${SEARCH_WINS_FIRST_FROM:-}" ] || read -r -a order <<<"--wins-first-from $SEARCH_WINS_FIRST_FROM"
       if [ -f "$store" ]; then  # the latest run, finished or not, given SEARCH_MINUTES beyond what it has used
         read -r run_id budget < <("$PY" -c "import sys; from search.store import Store
 run = Store(sys.argv[1], readonly=True).runs()[-1]; print(run['id'], round(run['elapsed_s'] / 60 + float(sys.argv[2]), 2))" \
@@ -193,7 +195,8 @@ run = Store(sys.argv[1], readonly=True).runs()[-1]; print(run['id'], round(run['
         --backend local --artifacts build/search --store "$store" --seed "${SEARCH_SEED:-0}" --warm-start "${warm[@]}"
         --per-round "${SEARCH_PER_ROUND:-4}"); fi
       STAGE_TIMEOUT=$("$PY" -c "print(int(${minutes} * 60 + 150))") stage "search_table_$case" "$PY" -m search \
-        "${cmd[@]}" --budget-minutes "$budget" --max-builds "${SEARCH_MAX_BUILDS:-16}" --wave "${SEARCH_WAVE:-32}" --quiet
+        "${cmd[@]}" ${order[@]+"${order[@]}"} --budget-minutes "$budget" --max-builds "${SEARCH_MAX_BUILDS:-16}" \
+        --wave "${SEARCH_WAVE:-32}" --quiet
       [ "$dir" = "$OUT_DIR" ] || cp "$store" "$OUT_DIR/" ;;
     search) # rl warm-started vs random at SEARCH_PER_PROBLEM (16) evaluations per problem of SEARCH_SHAPES, the whole
             # stage within SEARCH_MINUTES (half each, judge start-up and the report on top: about 1.5 min more)

@@ -8,7 +8,8 @@
 #                                    # SEARCH_RESUME_FROM=benchmarks/results/<gpu_slug> resumes the committed stores
 #                                    # (search_table_*_<dtype>_<layout>.sqlite.gz, of each case the one with the
 #                                    # most evaluations: the latest snapshot of the run)
-#                                    # (SEARCH_PER_ROUND, SEARCH_MAX_BUILDS: scripts/gpu_check.sh, stage search-table)
+#                                    # (SEARCH_PER_ROUND, SEARCH_MAX_BUILDS, SEARCH_WINS_FIRST_FROM, e.g. the other
+#                                    # GPU's stores, whose wins go first: scripts/gpu_check.sh, stage search-table)
 #   scripts/search_table.sh check    # the finds (kernels the stores measured under the bar) the library lacks: built
 #                                    # alone, GPU-tested, sanitized; the problems with finds re-tuned with them
 #                                    # (tune_grid --sweep-problems-only), the tuner choosing among the table's entry,

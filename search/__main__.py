@@ -37,6 +37,8 @@ DEFAULT_MAX_BUILDS = {"sim": None, "local": 32, "ray": 32}
 LLMS = ("none", "openai")
 WAVE_HELP = ("problems proposed and evaluated together within a round (default: the whole round); a smaller "
              "wave lets a round over many problems learn from its first problems' verdicts")
+WINS_HELP = ("search stores (another GPU's, say) whose problems with a kernel under the bar the run visits first in "
+             "each round, best speedup first, then the rest smallest first (search/problem_order.py)")
 DEBUG_ENV = "CUDAL2_DEBUG"
 
 
@@ -96,7 +98,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
                    compile_only=ns.compile_only, memory=ns.memory, arch=ns.arch, backend=ns.backend,
                    artifacts=str(ns.artifacts or ""), sim_delay_ms=ns.sim_delay_ms,
                    max_builds=ns.max_builds if ns.max_builds is not None else DEFAULT_MAX_BUILDS[ns.backend],
-                   warm_start=[str(p) for p in ns.warm_start], llm_prior=ns.llm_prior, llm_group=ns.llm_group)
+                   warm_start=[str(p) for p in ns.warm_start], llm_prior=ns.llm_prior, llm_group=ns.llm_group,
+                   wins_first_from=[str(p) for p in ns.wins_first_from])
     check_backend(args, ns)
     ray_options = ray_cluster.options(ns, args.backend)
     if args.llm != "none":
@@ -168,7 +171,8 @@ def cmd_resume(ns: argparse.Namespace) -> int:
         reader.close()
     overrides = {k: v for k, v in (("backend", ns.backend), ("artifacts", ns.artifacts and str(ns.artifacts)),
                                    ("budget_evals", ns.budget_evals), ("budget_minutes", ns.budget_minutes),
-                                   ("max_builds", ns.max_builds), ("wave", ns.wave))
+                                   ("max_builds", ns.max_builds), ("wave", ns.wave),
+                                   ("wins_first_from", ns.wins_first_from and [str(p) for p in ns.wins_first_from]))
                  if v is not None}
     args = RunArgs(**{**stored, **overrides, "compile_only": False})
     check_backend(args, ns)
@@ -284,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
                      help="earlier measurements the rl policy is fit to before the run proposes anything: "
                           "python -m search.sweep files (.json, .json.gz) and search stores (.sqlite, .db), of this "
                           "GPU or another (search/warm_start.py)")
+    run.add_argument("--wins-first-from", type=existing_file, nargs="+", default=[], metavar="STORE", help=WINS_HELP)
     run.add_argument("--explore", type=number(0, 1), default=0.0,
                      help="share of random proposals next to the policy (rl), 0 to 1")
     run.add_argument("--veto-below", type=number(0, 10), default=VETO_BELOW, metavar="SPEEDUP",
@@ -307,6 +312,8 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("--wave", type=integer(1), default=None, metavar="PROBLEMS",
                         help="override the run's wave (the problems of a round it has not proposed yet and the rounds "
                              "after)")
+    resume.add_argument("--wins-first-from", type=existing_file, nargs="+", default=None, metavar="STORE",
+                        help="override the run's: " + WINS_HELP)
     resume.add_argument("--quiet", action="store_true")
     ray_cluster.add_arguments(resume)
     resume.set_defaults(func=cmd_resume)

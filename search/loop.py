@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from search import warm_start
+from search import problem_order, warm_start
 from search.backend import Backend, CompileOutcome
 from search.candidate import INFEASIBLE, OK, SCAN_REJECTED, Candidate, EvalResult, Problem, Proposal
 from search.errors import UserError
@@ -79,6 +79,7 @@ class RunArgs:
     sim_delay_ms: float = 0.0
     max_builds: int | None = None  # new build keys the run may compile in total (None: unlimited)
     warm_start: list[str] = dataclasses.field(default_factory=list)  # measurements the rl policy is first fit to
+    wins_first_from: list[str] = dataclasses.field(default_factory=list)  # stores whose wins go first (problem_order)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -127,7 +128,7 @@ class Search:
     def __init__(self, store: Store, backend: Backend, run_id: str, args: RunArgs, policy: Policy | None = None,
                  on_eval: Callable[[int, float], None] | None = None):
         self.store, self.backend, self.run_id, self.args, self.arch = store, backend, run_id, args, args.arch
-        self.problems = store.run_problems(run_id)
+        self.problems = problem_order.order_problems(store.run_problems(run_id), args.wins_first_from)
         self.policy = policy or initial_policy(args)
         self.on_eval = on_eval
         self.measured: dict[str, list[Measured]] = {}
