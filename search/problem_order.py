@@ -12,8 +12,9 @@ warm start: the order is a bet on where the wins are, and every problem is still
 """
 from __future__ import annotations
 
-from search.candidate import OK, Problem
+from search.candidate import Problem
 from search.errors import UserError
+from search.run_report import best_within
 from search.store import is_store_file, read_store
 
 
@@ -25,10 +26,8 @@ def best_speedups(paths: list[str]) -> dict[str, float]:
         if not is_store_file(path):
             raise UserError(f"--wins-first-from {path}: not a search store (.sqlite, .db, or their .gz)")
         with read_store(path) as store:
-            rows = store.query("SELECT problem_key, MAX(baseline_us / us) AS speedup FROM evaluations "
-                               "WHERE status = ? AND us > 0 AND baseline_us > 0 GROUP BY problem_key", (OK,))
-        for row in rows:
-            best[row["problem_key"]] = max(best.get(row["problem_key"], 0.0), row["speedup"])
+            for key, speedup in best_within(store.evaluations()).items():
+                best[key] = max(best.get(key, 0.0), speedup)
     return best
 
 
