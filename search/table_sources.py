@@ -51,7 +51,9 @@ SOURCES = {
                  # and after the next resume (search_table_2026-11-27_af4df5c_*.sqlite.gz: 435-498 problems)
                  "tune_grid_searched_below2e32_2026-11-27_af4df5c.json.gz",
                  # and after the last resume below 2^32 (search_table_2026-11-27_3493618_*.sqlite.gz: 643-690 problems)
-                 "tune_grid_searched_below2e32_2026-11-27_3493618.json.gz")),
+                 "tune_grid_searched_below2e32_2026-11-27_3493618.json.gz",
+                 # and after the search measured all 696 (search_table_2026-11-27_2d24511_*.sqlite.gz)
+                 "tune_grid_searched_below2e32_2026-11-27_2d24511.json.gz")),
     "nvidia_h100_80gb_hbm3": Sources(
         sweeps=("sweep_2026-11-25_a3fd6a0.json.gz",),
         store=None,
