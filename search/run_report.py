@@ -164,6 +164,28 @@ def spending(store: Store) -> list[str]:
     return lines + markdown_table(["run", "family", "evaluations", "share", f"under {VETO_BELOW}", "over 1.0"], rows)
 
 
+def spending_by_round(store: Store) -> list[str]:
+    """Where each run's evaluations went, by round: a problem's first visit (round 0, from the policy's prior and
+    the neighbours' verdicts alone) against its revisits (round 1 on, with its own verdicts and elites), each with the
+    problems visited and the judged verdicts under VETO_BELOW of the bar and over it."""
+    rows = []
+    for run in store.runs():
+        by_round: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+        problems: dict[int, set] = collections.defaultdict(set)
+        for e in store.evaluations(run["id"]):
+            by_round[e["round"]]["evaluations"] += 1
+            problems[e["round"]].add(e["problem_key"])
+            if e["status"] == OK and e["us"]:
+                speedup = e["baseline_us"] / e["us"]
+                by_round[e["round"]]["slow"] += speedup < VETO_BELOW
+                by_round[e["round"]]["finds"] += speedup > 1.0
+        for number, n in sorted(by_round.items()):
+            rows.append([run["id"], number, len(problems[number]), n["evaluations"],
+                         f"{n['slow'] / n['evaluations']:.0%}", n["finds"]])
+    lines = ["The same by round: first visits (round 0) against revisits.", ""]
+    return lines + markdown_table(["run", "round", "problems", "evaluations", f"under {VETO_BELOW}", "over 1.0"], rows)
+
+
 def throughput(store: Store) -> list[str]:
     """Evaluations per minute of each run: over the run's own time (proposals, compiles and waits for them, the
     judge, the store: everything a GPU session holds the GPU for) and over the judge's time alone (the sum of its
@@ -208,7 +230,7 @@ def write_report(store: Store, out: Path, source: Path | None = None) -> Path:
                      "finished"], run_rows)
     lines += ["", "## Throughput", ""] + throughput(store)
     lines += ["", "## Policies at equal budget", ""] + comparison
-    lines += ["", "## Where the evaluations went", ""] + spending(store)
+    lines += ["", "## Where the evaluations went", ""] + spending(store) + [""] + spending_by_round(store)
     lines += ["", "## Best speedup per shape", "", "The 10 best and 5 worst problems of each run:", ""]
     lines += markdown_table(["run", "problem", "best speedup"], best_rows)
     lines += ["", "## Plots", ""] + plots(store, evaluations, out)

@@ -176,3 +176,25 @@ def test_the_report_says_where_each_runs_evaluations_went_by_family():
     speedups = [e["baseline_us"] / e["us"] for e in evaluations if e["status"] == OK and e["us"]]
     assert sum(int(r[4]) for r in rows) == sum(s < VETO_BELOW for s in speedups)
     assert sum(int(r[5]) for r in rows) == sum(s > 1.0 for s in speedups)
+
+
+def test_the_report_says_where_each_runs_evaluations_went_by_round():
+    """`spending_by_round`: per run and round, the problems it visited, its evaluations (adding up to the run's), the
+    share of them under the veto's share of the bar and the verdicts over the bar, as the stored verdicts say."""
+    from search import run_report
+    from search.proposers import VETO_BELOW
+    store = Store(":memory:")
+    search = Search.start(store, SimulatedBackend(seed=1), RunArgs(policy="random", budget_evals=24, per_round=4),
+                          [P0, P1])
+    search.run()
+    rows = {int(r[1]): r for r in ([c.strip() for c in line.strip("|").split("|")]
+                                   for line in run_report.spending_by_round(store)
+                                   if line.startswith(f"| {search.run_id}"))}
+    evaluations = store.evaluations(search.run_id)
+    assert sorted(rows) == sorted({e["round"] for e in evaluations}) and len(rows) > 1
+    for number, row in rows.items():
+        those = [e for e in evaluations if e["round"] == number]
+        speedups = [e["baseline_us"] / e["us"] for e in those if e["status"] == OK and e["us"]]
+        assert int(row[2]) == len({e["problem_key"] for e in those}) and int(row[3]) == len(those)
+        assert row[4] == f"{sum(s < VETO_BELOW for s in speedups) / len(those):.0%}"
+        assert int(row[5]) == sum(s > 1.0 for s in speedups)
