@@ -183,7 +183,8 @@ def spending_by_round(store: Store) -> list[str]:
             rows.append([run["id"], number, len(problems[number]), n["evaluations"],
                          f"{n['slow'] / n['evaluations']:.0%}", n["finds"]])
     lines = ["The same by round: first visits (round 0) against revisits.", ""]
-    return lines + markdown_table(["run", "round", "problems", "evaluations", f"under {VETO_BELOW}", "over 1.0"], rows)
+    return lines + markdown_table(["run", "round", "problems", "evaluations", f"share under {VETO_BELOW}", "over 1.0"],
+                                  rows)
 
 
 def throughput(store: Store) -> list[str]:
