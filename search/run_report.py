@@ -13,6 +13,7 @@ import collections
 import json
 import math
 from pathlib import Path
+from typing import Callable
 
 from cudal2_catalog.config import HgemmConfig
 from cudal2_testing.measure.figures import save_png
@@ -141,23 +142,37 @@ def plots(store: Store, evaluations: dict[str, list], out: Path) -> list[str]:
     return ["![best speedup per shape](best_speedup_per_shape.png)", "", "![reward by policy](reward_by_policy.png)"]
 
 
+def _verdicts_by(evaluations: list, group: Callable[[dict], object]) -> dict[object, collections.Counter]:
+    """Per group of `evaluations` (`group` names an evaluation's): its evaluations, its problems, and its judged
+    verdicts under VETO_BELOW of the bar ("slow") and over the bar ("finds")."""
+    counts: dict[object, collections.Counter] = collections.defaultdict(collections.Counter)
+    problems: dict[object, set] = collections.defaultdict(set)
+    for e in evaluations:
+        n = counts[group(e)]
+        n["evaluations"] += 1
+        problems[group(e)].add(e["problem_key"])
+        if e["status"] == OK and e["us"]:
+            speedup = e["baseline_us"] / e["us"]
+            n["slow"] += speedup < VETO_BELOW
+            n["finds"] += speedup > 1.0
+    for key, n in counts.items():
+        n["problems"] = len(problems[key])
+    return counts
+
+
 def spending(store: Store) -> list[str]:
     """Where each run's evaluations went, by kernel family: how many, how many of the judged ones came in under
     VETO_BELOW of the bar (the waste the proposer's veto answers) and over it (finds)."""
+    def family(e: dict) -> str:
+        config = store.candidate(e["candidate_id"]).config
+        return HgemmConfig.from_name(config).family if config else "source"
+
     rows = []
     for run in store.runs():
-        by_family: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         evaluations = store.evaluations(run["id"])
-        for e in evaluations:
-            config = store.candidate(e["candidate_id"]).config
-            family = HgemmConfig.from_name(config).family if config else "source"
-            by_family[family]["evaluations"] += 1
-            if e["status"] == OK and e["us"]:
-                speedup = e["baseline_us"] / e["us"]
-                by_family[family]["slow"] += speedup < VETO_BELOW
-                by_family[family]["finds"] += speedup > 1.0
-        for family, n in sorted(by_family.items(), key=lambda item: -item[1]["evaluations"]):
-            rows.append([run["id"], family, n["evaluations"], f"{n['evaluations'] / len(evaluations):.0%}", n["slow"],
+        by_family = _verdicts_by(evaluations, family)
+        for name, n in sorted(by_family.items(), key=lambda item: -item[1]["evaluations"]):
+            rows.append([run["id"], name, n["evaluations"], f"{n['evaluations'] / len(evaluations):.0%}", n["slow"],
                          n["finds"]])
     lines = [f"Each run's evaluations by family: verdicts under {VETO_BELOW} of the bar (what the veto keeps a kernel "
              "from repeating near where it was measured) and over it (finds).", ""]
@@ -170,18 +185,10 @@ def spending_by_round(store: Store) -> list[str]:
     problems visited and the judged verdicts under VETO_BELOW of the bar and over it."""
     rows = []
     for run in store.runs():
-        by_round: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
-        problems: dict[int, set] = collections.defaultdict(set)
-        for e in store.evaluations(run["id"]):
-            by_round[e["round"]]["evaluations"] += 1
-            problems[e["round"]].add(e["problem_key"])
-            if e["status"] == OK and e["us"]:
-                speedup = e["baseline_us"] / e["us"]
-                by_round[e["round"]]["slow"] += speedup < VETO_BELOW
-                by_round[e["round"]]["finds"] += speedup > 1.0
+        by_round = _verdicts_by(store.evaluations(run["id"]), lambda e: e["round"])
         for number, n in sorted(by_round.items()):
-            rows.append([run["id"], number, len(problems[number]), n["evaluations"],
-                         f"{n['slow'] / n['evaluations']:.0%}", n["finds"]])
+            rows.append([run["id"], number, n["problems"], n["evaluations"], f"{n['slow'] / n['evaluations']:.0%}",
+                         n["finds"]])
     lines = ["The same by round: first visits (round 0) against revisits.", ""]
     return lines + markdown_table(["run", "round", "problems", "evaluations", f"share under {VETO_BELOW}", "over 1.0"],
                                   rows)
