@@ -65,7 +65,10 @@ SOURCES = {
                  "tune_grid_below2e28_tinycand_2026-11-26_137420a.json.gz",
                  # the problems where the searches search_table_2026-11-27_55b702d_*.sqlite.gz (the smallest 64-80 of
                  # 696 problems below 2^32) found a kernel under the bar, re-tuned with those finds
-                 "tune_grid_searched_below2e32_2026-11-27_55b702d.json.gz")),
+                 "tune_grid_searched_below2e32_2026-11-27_55b702d.json.gz",
+                 # and after the searches resumed with the H200's wins first (search_table_2026-11-27_ee0a6cb_*.sqlite.gz:
+                 # 176-416 problems)
+                 "tune_grid_searched_below2e32_2026-11-27_ee0a6cb.json.gz")),
 }
 
 
