@@ -136,6 +136,11 @@ def render(doc: dict, comps: dict[tuple[str, str, str], Comparison], effs: dict,
                             f"geomean t(first)/t(repeat) = {_f(noise['geomean'])} over {noise['n']} shapes, "
                             f"{noise['below']} below {BELOW}; {ours} below {BELOW} of the same bar on those shapes: "
                             f"{noise['ours_below']}"]
+            routes = comp.by_route()
+            if routes and noise["n"]:
+                out += ["", f"By what {ours} ran ({mode}, against the same-layout cuBLASLt-autotune): " + "; ".join(
+                    f"{route} {_f(a['geomean'])} over {a['n']} shapes, {a['below']} below {BELOW}"
+                    for route, a in routes.items())]
     out += ["", "## Roofline efficiency", ""] + roofline(effs)
     out += ["", "## Failures", ""] + failures(doc["rows"])
     return "\n".join(out) + "\n"

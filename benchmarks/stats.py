@@ -58,6 +58,7 @@ class Comparison:
     ours: dict[Shape, float] = field(default_factory=dict)
     base: dict[str, dict[Shape, float]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    routes: dict[Shape, str] = field(default_factory=dict)  # what ours ran per shape ("kernel", "cublaslt") where said
 
     def speedups(self, baseline: str) -> dict[Shape, float]:
         """t_baseline / t_ours for shapes where both are valid."""
@@ -92,6 +93,17 @@ class Comparison:
                 "below": sum(r < BELOW for r in ratios),
                 "ours_below": sum(first[s] / self.ours[s] < BELOW for s in shapes if s in self.ours)}
 
+    def by_route(self) -> dict[str, dict]:
+        """Ours against the same-layout cuBLASLt-autotune (REPEATS' first) split by what ours ran on each shape (the
+        row's `ran.path`: one of its own kernels, a table's cuBLASLt configuration, ...): per route the aggregate and
+        the shapes below BELOW, so that a table's own kernels and its cuBLASLt entries are read apart."""
+        bar = self.base.get(REPEATS[self.layout][0], {})
+        split: dict[str, list[float]] = {}
+        for s, t in self.ours.items():
+            if s in bar and s in self.routes:
+                split.setdefault(self.routes[s], []).append(bar[s] / t)
+        return {route: aggregate(sp) | {"below": sum(v < BELOW for v in sp)} for route, sp in sorted(split.items())}
+
 
 def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",
             stat: str = "median") -> Comparison:
@@ -113,6 +125,8 @@ def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "c
             comp.failures[name] = comp.failures.get(name, 0) + 1
             continue
         (comp.ours if name == ours else comp.base.setdefault(name, {}))[shape_of(r)] = r[f"{stat}_us"]
+        if name == ours and r.get("ran", {}).get("path"):
+            comp.routes[shape_of(r)] = r["ran"]["path"]
     for family, (nn, tn) in VARIANTS.items():
         a, b = comp.base.get(nn, {}), comp.base.get(tn, {})
         best = {s: min(t for t in (a.get(s), b.get(s)) if t is not None) for s in a.keys() | b.keys()}

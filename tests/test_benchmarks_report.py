@@ -171,3 +171,17 @@ def test_figures_are_saved_as_palette_pngs(tmp_path):
     plt.close(fig)
     with Image.open(tmp_path / "f.png") as image:
         assert image.mode == "P" and image.format == "PNG" and image.size[0] > 100
+
+
+def test_markdown_splits_cudal2_by_what_it_ran(tmp_path):
+    doc = synthetic_doc(modes=("kernel",))
+    for r in doc["rows"]:
+        if r["impl"] == "cudal2":
+            r["ran"] = {"path": "kernel" if r["m"] * r["n"] * r["k"] < 2 ** 30 else "cublaslt"}
+    small = sum(r["impl"] == "cudal2" and r["layout"] == "nt" and r["m"] * r["n"] * r["k"] < 2 ** 30
+                for r in doc["rows"])
+    path = tmp_path / "test-gpu" / "routes.json"
+    results.save(path, doc)
+    report.make_report(path, plot=False)
+    line = next(x for x in path.with_suffix(".md").read_text().splitlines() if x.startswith("By what cudal2 ran"))
+    assert f"cublaslt 1.100 over {24 - small} shapes, 0 below 0.97; kernel 1.100 over {small} shapes" in line

@@ -83,6 +83,24 @@ def test_noise_floor_compares_the_same_layout_autotune_with_its_repeat():
                                                                                 "ours_below": 0}
 
 
+def test_by_route_splits_ours_by_what_it_ran_against_the_same_layout_bar():
+    def ran(r, path):
+        return r | {"ran": {"path": path}}
+
+    rows = [ran(row(S1, "cudal2", "nn", 8.0), "kernel"), ran(row(S2, "cudal2", "nn", 10.0), "cublaslt"),
+            ran(row(S3, "cudal2", "nn", 10.0), "cublaslt"), row((8, 8, 8), "cudal2", "nn", 1.0),
+            row(S1, "cublaslt-autotune-nn", "nn", 10.0), row(S2, "cublaslt-autotune-nn", "nn", 9.0),
+            row(S3, "cublaslt-autotune-nn", "nn", 10.0), row((8, 8, 8), "cublaslt-autotune-nn", "nn", 1.0),
+            row(S1, "cublaslt-autotune-tn", "nt", 1.0)]  # the other layout's bar is not this one's
+    routes = stats.compare(rows, "kernel", "nn", "fp16").by_route()
+    assert set(routes) == {"kernel", "cublaslt"}  # (8, 8, 8) does not say what it ran
+    assert routes["kernel"]["n"] == 1 and routes["kernel"]["geomean"] == pytest.approx(1.25)
+    assert routes["kernel"]["below"] == 0
+    assert routes["cublaslt"]["n"] == 2 and routes["cublaslt"]["geomean"] == pytest.approx(0.9 ** 0.5)
+    assert routes["cublaslt"]["below"] == 1
+    assert stats.compare(rows[:4], "kernel", "nn", "fp16").by_route() == {}  # no bar, no split
+
+
 def test_roofline():
     # compute bound: 2 * 4096^3 flop at 1000 TFLOP/s = 137.4 us
     assert stats.roofline_floor_us(S3, 1000.0, 3000.0) == pytest.approx(2 * 4096**3 / 1e9)
