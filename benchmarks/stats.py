@@ -3,6 +3,7 @@ geomean, mean, median, std, min, max, wins (> 1.00), losses (< 0.98); "-max" bas
 the NN and TN variant; failed rows are excluded and counted; roofline efficiency per implementation."""
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ REPEATS = {"nn": ("cublaslt-autotune-nn", "cublaslt-autotune-nn-repeat"),
 SAME_LAYOUT = ("torch", "cudal2-shipped")
 BASELINES = SAME_LAYOUT + tuple(n for fam, pair in VARIANTS.items() for n in (*pair, f"{fam}-max")) + tuple(
     repeat for _, repeat in REPEATS.values())
+# Comparison.ran's key for ours, whatever its name in the run.
+OURS_KEY = "ours"
 # A shape "below" the bar in the noise-floor count (the tuned-by-default targets' threshold).
 BELOW = 0.97
 # The autotuned cuBLASLt must not be slower than the heuristic one on average (geomean ratio), within 1 % noise.
@@ -58,7 +61,7 @@ class Comparison:
     ours: dict[Shape, float] = field(default_factory=dict)
     base: dict[str, dict[Shape, float]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
-    routes: dict[Shape, str] = field(default_factory=dict)  # what ours ran per shape ("kernel", "cublaslt") where said
+    ran: dict[str, dict[Shape, dict]] = field(default_factory=dict)  # per implementation, its rows' `ran` where said
 
     def speedups(self, baseline: str) -> dict[Shape, float]:
         """t_baseline / t_ours for shapes where both are valid."""
@@ -93,16 +96,41 @@ class Comparison:
                 "below": sum(r < BELOW for r in ratios),
                 "ours_below": sum(first[s] / self.ours[s] < BELOW for s in shapes if s in self.ours)}
 
+    def route(self, shape: Shape) -> str | None:
+        """What ours ran on `shape`: "kernel" (its own), "cublaslt, the bar's configuration" / "cublaslt, another
+        configuration" (against the configuration the same-layout cuBLASLt-autotune picked and ran in the same run),
+        the bare path where the bar's is not known; None where the row does not say."""
+        path = self.ran.get(OURS_KEY, {}).get(shape, {}).get("path")
+        if path != "cublaslt":
+            return path
+        theirs = lt_config(self.ran.get(REPEATS[self.layout][0], {}).get(shape, {}))
+        if theirs is None:
+            return path
+        if lt_config(self.ran[OURS_KEY][shape]) == theirs:
+            return "cublaslt, the bar's configuration"
+        return "cublaslt, another configuration"
+
     def by_route(self) -> dict[str, dict]:
-        """Ours against the same-layout cuBLASLt-autotune (REPEATS' first) split by what ours ran on each shape (the
-        row's `ran.path`: one of its own kernels, a table's cuBLASLt configuration, ...): per route the aggregate and
-        the shapes below BELOW, so that a table's own kernels and its cuBLASLt entries are read apart."""
+        """Ours against the same-layout cuBLASLt-autotune (REPEATS' first) split by what ours ran on each shape
+        (`route`): per route the aggregate and the shapes below BELOW, so that a table's own kernels, its cuBLASLt
+        entries that run the bar's own choice and those that run another configuration are read apart."""
         bar = self.base.get(REPEATS[self.layout][0], {})
         split: dict[str, list[float]] = {}
         for s, t in self.ours.items():
-            if s in bar and s in self.routes:
-                split.setdefault(self.routes[s], []).append(bar[s] / t)
+            route = self.route(s)
+            if s in bar and route:
+                split.setdefault(route, []).append(bar[s] / t)
         return {route: aggregate(sp) | {"below": sum(v < BELOW for v in sp)} for route, sp in sorted(split.items())}
+
+
+def lt_config(ran: dict) -> tuple[int, ...] | None:
+    """The cuBLASLt configuration a row's `ran` names, as integers in the dispatcher's field order: the baselines give
+    a list, cudal2 a "name=value ..." string of the same fields in the same order (cudal2_ops.explain); None for
+    none."""
+    config = ran.get("cublaslt_config")
+    if isinstance(config, str):
+        return tuple(int(value) for _, value in re.findall(r"(\w+)=(-?\d+)", config))
+    return tuple(config) if config else None
 
 
 def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",
@@ -125,8 +153,8 @@ def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "c
             comp.failures[name] = comp.failures.get(name, 0) + 1
             continue
         (comp.ours if name == ours else comp.base.setdefault(name, {}))[shape_of(r)] = r[f"{stat}_us"]
-        if name == ours and r.get("ran", {}).get("path"):
-            comp.routes[shape_of(r)] = r["ran"]["path"]
+        if r.get("ran"):
+            comp.ran.setdefault(OURS_KEY if name == ours else name, {})[shape_of(r)] = r["ran"]
     for family, (nn, tn) in VARIANTS.items():
         a, b = comp.base.get(nn, {}), comp.base.get(tn, {})
         best = {s: min(t for t in (a.get(s), b.get(s)) if t is not None) for s in a.keys() | b.keys()}

@@ -84,22 +84,37 @@ def test_noise_floor_compares_the_same_layout_autotune_with_its_repeat():
 
 
 def test_by_route_splits_ours_by_what_it_ran_against_the_same_layout_bar():
-    def ran(r, path):
-        return r | {"ran": {"path": path}}
+    def ran(r, path, config=None):
+        return r | {"ran": {"path": path} | ({"cublaslt_config": config} if config is not None else {})}
 
-    rows = [ran(row(S1, "cudal2", "nn", 8.0), "kernel"), ran(row(S2, "cudal2", "nn", 10.0), "cublaslt"),
-            ran(row(S3, "cudal2", "nn", 10.0), "cublaslt"), row((8, 8, 8), "cudal2", "nn", 1.0),
-            row(S1, "cublaslt-autotune-nn", "nn", 10.0), row(S2, "cublaslt-autotune-nn", "nn", 9.0),
-            row(S3, "cublaslt-autotune-nn", "nn", 10.0), row((8, 8, 8), "cublaslt-autotune-nn", "nn", 1.0),
-            row(S1, "cublaslt-autotune-tn", "nt", 1.0)]  # the other layout's bar is not this one's
-    routes = stats.compare(rows, "kernel", "nn", "fp16").by_route()
-    assert set(routes) == {"kernel", "cublaslt"}  # (8, 8, 8) does not say what it ran
+    S4, S5 = (8, 8, 8), (2, 2, 2)
+    theirs, other = "algo_id=6 tile=24 stages=35", "algo_id=66 tile=24 stages=35"
+    rows = [ran(row(S1, "cudal2", "nn", 8.0), "kernel"), ran(row(S2, "cudal2", "nn", 10.0), "cublaslt", theirs),
+            ran(row(S3, "cudal2", "nn", 10.0), "cublaslt", other),
+            ran(row(S4, "cudal2", "nn", 1.0), "cublaslt", theirs),
+            row(S5, "cudal2", "nn", 1.0),
+            row(S1, "cublaslt-autotune-nn", "nn", 10.0),
+            ran(row(S2, "cublaslt-autotune-nn", "nn", 9.0), "cublaslt", [6, 24, 35]),
+            ran(row(S3, "cublaslt-autotune-nn", "nn", 10.0), "cublaslt", [6, 24, 35]),
+            row(S4, "cublaslt-autotune-nn", "nn", 1.0), row(S5, "cublaslt-autotune-nn", "nn", 1.0),
+            ran(row(S4, "cublaslt-autotune-tn", "nt", 1.0), "cublaslt", [1, 1, 1])]  # not this layout's bar
+    comp = stats.compare(rows, "kernel", "nn", "fp16")
+    assert [comp.route(s) for s in (S1, S2, S3, S4, S5)] == [
+        "kernel", "cublaslt, the bar's configuration", "cublaslt, another configuration", "cublaslt", None]
+    routes = comp.by_route()
+    assert set(routes) == {"kernel", "cublaslt, the bar's configuration", "cublaslt, another configuration", "cublaslt"}
     assert routes["kernel"]["n"] == 1 and routes["kernel"]["geomean"] == pytest.approx(1.25)
     assert routes["kernel"]["below"] == 0
-    assert routes["cublaslt"]["n"] == 2 and routes["cublaslt"]["geomean"] == pytest.approx(0.9 ** 0.5)
-    assert routes["cublaslt"]["below"] == 1
-    assert stats.compare(rows[:4], "kernel", "nn", "fp16").by_route() == {}  # no bar, no split
+    assert routes["cublaslt, the bar's configuration"]["geomean"] == pytest.approx(0.9)
+    assert routes["cublaslt, the bar's configuration"]["below"] == 1
+    assert routes["cublaslt, another configuration"]["n"] == 1 and routes["cublaslt"]["n"] == 1
+    assert stats.compare(rows[:5], "kernel", "nn", "fp16").by_route() == {}  # no bar, no split
 
+
+def test_lt_config_reads_both_forms_alike():
+    assert stats.lt_config({"cublaslt_config": "algo_id=66 tile=24 custom=-1"}) == (66, 24, -1)
+    assert stats.lt_config({"cublaslt_config": [66, 24, -1]}) == (66, 24, -1)
+    assert stats.lt_config({"path": "kernel"}) is None
 
 def test_roofline():
     # compute bound: 2 * 4096^3 flop at 1000 TFLOP/s = 137.4 us
