@@ -137,7 +137,7 @@ def render(doc: dict, comps: dict[tuple[str, str, str], Comparison], effs: dict,
                             f"{noise['below']} below {BELOW}; {ours} below {BELOW} of the same bar on those shapes: "
                             f"{noise['ours_below']}"]
             routes = comp.by_route()
-            if routes and noise["n"]:
+            if routes:
                 out += ["", f"By what {ours} ran ({mode}, against the same-layout cuBLASLt-autotune): " + "; ".join(
                     f"{route} {_f(a['geomean'])} over {a['n']} shapes, {a['below']} below {BELOW}"
                     for route, a in routes.items())]
