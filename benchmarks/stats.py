@@ -123,14 +123,14 @@ class Comparison:
         return {route: aggregate(sp) | {"below": sum(v < BELOW for v in sp)} for route, sp in sorted(split.items())}
 
 
-def lt_config(ran: dict) -> tuple[int, ...] | None:
-    """The cuBLASLt configuration a row's `ran` names, as integers in the dispatcher's field order: the baselines give
-    a list, cudal2 a "name=value ..." string of the same fields in the same order (cudal2_ops.explain); None for
-    none."""
+def lt_config(ran: dict) -> list[int] | None:
+    """The cuBLASLt configuration a row's `ran` names, as integers in the dispatcher's field order (cudal2_ops.tables'
+    LT_CONFIG_FIELDS): the baselines record the list, cudal2 the text `cudal2_ops.explain` gives ("algo_id=66 tile=13
+    ...", the same fields in the same order); None where it names none (a kernel ran, or the row does not say)."""
     config = ran.get("cublaslt_config")
     if isinstance(config, str):
-        return tuple(int(value) for _, value in re.findall(r"(\w+)=(-?\d+)", config))
-    return tuple(config) if config else None
+        return [int(value) for _, value in re.findall(r"(\w+)=(-?\d+)", config)]
+    return list(config) if config else None
 
 
 def compare(rows: list[dict], mode: str, layout: str, dtype: str, ours: str = "cudal2",

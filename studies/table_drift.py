@@ -21,7 +21,8 @@ import json
 import statistics
 from pathlib import Path
 
-from cudal2_ops.tables import LT_CONFIG_FIELDS, cublaslt_fields, entry_key, near_tie_fields
+from benchmarks.stats import lt_config
+from cudal2_ops.tables import cublaslt_fields, entry_key, near_tie_fields
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.stored import read_json
 from cudal2_testing.measure.summary import geomean, markdown_table
@@ -49,28 +50,17 @@ def shapes_of(doc: dict) -> dict[tuple, dict[str, dict]]:
     return out
 
 
-def ran_config(row: dict) -> list[int] | None:
-    """The cuBLASLt configuration a row ran (`ran.cublaslt_config`), as fields in LT_CONFIG_FIELDS order: baselines
-    record the list, cudal2 the text `cudal2_ops.explain` gives ("algo_id=66 tile=13 ..."); None where it does not
-    say or ran a kernel."""
-    config = row.get("ran", {}).get("cublaslt_config")
-    if isinstance(config, str):
-        fields = dict(item.split("=") for item in config.split())
-        return [int(fields[name]) for name in LT_CONFIG_FIELDS]
-    return None if config is None else list(config)
-
-
 def same_configuration(ours: dict, bar: dict) -> bool | None:
     """Whether cudal2 ran the bar's cuBLASLt configuration (the rows' `ran`, benchmarks.runner.ran_of); None where
     a row does not say."""
-    mine, theirs = ran_config(ours), ran_config(bar)
+    mine, theirs = lt_config(ours.get("ran", {})), lt_config(bar.get("ran", {}))
     return None if mine is None or theirs is None else mine == theirs
 
 
 def bar_choice(entry: dict, bar: dict) -> int | None:
     """Which of the entry's choices the bar ran: 0 its configuration, i its i-th near-tie, -1 none of them; None where
     the row does not say or the entry lists no near-ties (a table tuned before they were recorded)."""
-    theirs = ran_config(bar)
+    theirs = lt_config(bar.get("ran", {}))
     if theirs is None or not entry.get("cublaslt_near"):
         return None
     choices = [cublaslt_fields(entry), *near_tie_fields(entry)]

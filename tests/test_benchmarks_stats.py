@@ -112,8 +112,8 @@ def test_by_route_splits_ours_by_what_it_ran_against_the_same_layout_bar():
 
 
 def test_lt_config_reads_both_forms_alike():
-    assert stats.lt_config({"cublaslt_config": "algo_id=66 tile=24 custom=-1"}) == (66, 24, -1)
-    assert stats.lt_config({"cublaslt_config": [66, 24, -1]}) == (66, 24, -1)
+    assert stats.lt_config({"cublaslt_config": "algo_id=66 tile=24 custom=-1"}) == [66, 24, -1]
+    assert stats.lt_config({"cublaslt_config": [66, 24, -1]}) == [66, 24, -1]
     assert stats.lt_config({"path": "kernel"}) is None
 
 def test_roofline():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import json
 
+from cudal2_ops.tables import LT_CONFIG_FIELDS
 from studies import table_drift
 
 CONFIG_A, CONFIG_B = [66, 20, 35, 1, 0, 0, 1, 0, 3], [66, 17, 35, 1, 0, 0, 0, 0, 3]
@@ -48,7 +49,7 @@ def test_losses_are_told_apart_by_what_drifted(tmp_path):
 def test_the_bars_pick_is_looked_up_among_the_entrys_choices():
     """The bar's configuration is found among the entry's choices (0 its configuration, i its i-th near-tie, -1 none);
     an entry without near-ties (tuned before they were recorded) or a row without `ran` does not say."""
-    fields = dict(zip(table_drift.LT_CONFIG_FIELDS, CONFIG_A))
+    fields = dict(zip(LT_CONFIG_FIELDS, CONFIG_A))
     near = dict(fields, tile=CONFIG_B[1], custom=0)
     listed = {"cublaslt": fields, "cublaslt_near": [{"cublaslt": near}]}
     assert table_drift.bar_choice(listed, row(1, "b", "nt", 1.0, CONFIG_B)) == 1
@@ -61,10 +62,10 @@ def test_the_bars_pick_is_looked_up_among_the_entrys_choices():
 def test_the_confirmation_is_summarised_by_what_each_side_kept(tmp_path):
     """Each shape with near-ties falls in one class of (what cudal2's first call kept, what the bar picked), with the
     class's geomean and losses; shapes whose rows do not say are left out; the report names its table."""
-    fields = dict(zip(table_drift.LT_CONFIG_FIELDS, CONFIG_A))
-    text = lambda config: " ".join(f"{k}={v}" for k, v in zip(table_drift.LT_CONFIG_FIELDS, config))
+    fields = dict(zip(LT_CONFIG_FIELDS, CONFIG_A))
+    text = lambda config: " ".join(f"{k}={v}" for k, v in zip(LT_CONFIG_FIELDS, config))
     entries = {f"nt_fp16_{m}_4096_4096": {"cublaslt": fields, "cublaslt_us": 10.0, "baseline_us": 10.0,
-                                          "cublaslt_near": [{"cublaslt": dict(zip(table_drift.LT_CONFIG_FIELDS,
+                                          "cublaslt_near": [{"cublaslt": dict(zip(LT_CONFIG_FIELDS,
                                                                                  CONFIG_B))}]} for m in (1, 2, 3)}
     bar = "cublaslt-autotune-tn"
 
@@ -86,7 +87,7 @@ def test_the_confirmation_is_summarised_by_what_each_side_kept(tmp_path):
 def test_cudal2s_configuration_text_compares_with_the_bars_fields():
     """cudal2's rows record the configuration as explain's text, the bars' as fields: the same configuration in both
     forms counts as the same (a comparison of text with a list never matched before the eleventh session's report)."""
-    text = " ".join(f"{name}={value}" for name, value in zip(table_drift.LT_CONFIG_FIELDS, CONFIG_A))
+    text = " ".join(f"{name}={value}" for name, value in zip(LT_CONFIG_FIELDS, CONFIG_A))
     ours = {"ran": {"path": "cublaslt", "cublaslt_config": text}}
     assert table_drift.same_configuration(ours, row(1, "b", "nt", 1.0, CONFIG_A)) is True
     assert table_drift.same_configuration(ours, row(1, "b", "nt", 1.0, CONFIG_B)) is False
