@@ -126,7 +126,8 @@ class Comparison:
 def lt_config(ran: dict) -> list[int] | None:
     """The cuBLASLt configuration a row's `ran` names, as integers in the dispatcher's field order (cudal2_ops.tables'
     LT_CONFIG_FIELDS): the baselines record the list, cudal2 the text `cudal2_ops.explain` gives ("algo_id=66 tile=13
-    ...", the same fields in the same order); None where it names none (a kernel ran, or the row does not say)."""
+    ...", written by csrc's LtConfig::str with every field in that order); None where it names none (a kernel ran, or
+    the row does not say)."""
     config = ran.get("cublaslt_config")
     if isinstance(config, str):
         return [int(value) for _, value in re.findall(r"(\w+)=(-?\d+)", config)]
