@@ -29,9 +29,18 @@
 # same case in the same place whichever turn or lane runs it). Each step ends with what it wrote or changed
 # in KEEP packed into $OUT/keep_<step>.tgz (a lent machine's way back; unpack the steps' archives in order), also when
 # it fails or is stopped (SIGTERM or SIGINT, e.g. a call's time limit): a cut search's stores still come back.
+# TABLE_GPU (e.g. H100) names the GPU model a step is meant for: on a machine of another model (a lent multi-GPU kind
+# may come as H200s when H100s were asked for) the step stops at once with exit status 3, before the build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEP=${1:?usage: scripts/search_table.sh search|check|bench|bench-old}
+if [ -n "${TABLE_GPU:-}" ]; then
+  model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  case $model in
+    *"$TABLE_GPU"*) ;;
+    *) echo "TABLE_GPU=$TABLE_GPU: this machine's GPU is ${model:-unknown}; stopping before the build" >&2; exit 3 ;;
+  esac
+fi
 export KEEP=${KEEP:-/tmp/keep} PYTHONUNBUFFERED=1
 mkdir -p "$KEEP"
 touch "$KEEP/.began_$STEP"  # what this step writes or changes is newer (its archive holds only that)

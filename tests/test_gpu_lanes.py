@@ -111,6 +111,22 @@ def test_table_cases_give_a_call_to_some_cases_and_keep_each_case_in_its_place(t
     assert done.returncode == 2 and "TABLE_CASES: unknown case fp32_nn" in done.stderr
 
 
+def test_table_gpu_stops_a_step_on_another_gpu_model_before_the_build(tmp_path):
+    """TABLE_GPU: a step meant for one GPU model stops with status 3 on a machine of another (nvidia-smi says which),
+    before any stage runs; on the model named it goes on."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/usr/bin/env bash\necho 'NVIDIA H200'\n")
+    smi.chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    done, keep = search_table(tmp_path, "search", GPUS="1", TABLE_CASES="fp16_nt", TABLE_GPU="H100", PATH=path)
+    assert done.returncode == 3 and "this machine's GPU is NVIDIA H200" in done.stderr, done.stderr
+    assert not (keep / "s").exists() and not (keep / "search").exists()
+    done, keep = search_table(tmp_path, "search", GPUS="1", TABLE_CASES="fp16_nt", TABLE_GPU="H200", PATH=path)
+    assert done.returncode == 0, done.stderr
+    assert (keep / "s" / "fp16_nt" / "lane0" / "summary.txt").exists()
+
 def committed_store(path: Path, evaluations: int) -> bytes:
     """A gzipped search store at `path` of a simulated run of `evaluations` evaluations; its SQLite bytes."""
     plain = path.with_suffix("")
