@@ -31,7 +31,7 @@
 # tune-grid (scripts/tune_grid.py: the measured choice for every G1000 and LLM problem, $TUNE_LAYOUTS (NN,NT), $TUNE_DTYPES, into
 # OUT_DIR/<gpu_slug>.json; $TUNE_SWEEPS, sweep files and search stores (any GPU's) whose fastest kernels per problem are timed too;
 # $TUNE_MIN_LOG2_MNK / $TUNE_MAX_LOG2_MNK, only problems above / up to that size, the base table's ($TUNE_BASE, default
-# the committed table; OUT_DIR's own table to tune it in parts) entries kept for the rest; $TUNE_BUDGET_S, no problem started after that; $TUNE_MISSING_ONLY=1, only problems the base table lacks; $TUNE_SWEEP_PROBLEMS_ONLY=1, only problems where $TUNE_SWEEPS found a kernel under the bar; $TUNE_GRID_UP_TO, every kernel at each knob
+# the committed table; OUT_DIR's own table to tune it in parts) entries kept for the rest; $TUNE_BUDGET_S, no problem started after that; $TUNE_MISSING_ONLY=1, only problems the base table lacks; $TUNE_SWEEP_PROBLEMS_ONLY=1, only problems where $TUNE_SWEEPS found a kernel under the bar; $TUNE_PROBLEMS_FROM, only the table keys that file lists (studies.table_drift --losses-out); $TUNE_GRID_UP_TO, every kernel at each knob
 # variant on problems up to that size; $TUNE_KNOBS_FROM, the table's and the sweeps' kernels at each knob variant above it), offgrid (scripts/check_offgrid_rule.py on that table, --apply), route (the cuBLASLt route's
 # cost: benchmarks.lt_route_overhead), consistency (benchmarks.lt_candidate_consistency: the tuner's and the benchmark's
 # timing of every cuBLASLt candidate of the problems the tuner mis-timed), gate (the sanitizer gate on OUT_DIR's table, with OUT_DIR's sanitizer
@@ -244,7 +244,8 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                  ${TUNE_MIN_LOG2_MNK:+--min-log2-mnk $TUNE_MIN_LOG2_MNK} ${TUNE_MAX_LOG2_MNK:+--max-log2-mnk $TUNE_MAX_LOG2_MNK} \
                  ${TUNE_GRID_UP_TO:+--grid-up-to $TUNE_GRID_UP_TO} ${TUNE_KNOBS_FROM:+--knobs-from $TUNE_KNOBS_FROM} \
                  ${TUNE_BUDGET_S:+--budget-s $TUNE_BUDGET_S} \
-                 ${TUNE_MISSING_ONLY:+--missing-only} ${TUNE_SWEEP_PROBLEMS_ONLY:+--sweep-problems-only} ;;
+                 ${TUNE_MISSING_ONLY:+--missing-only} ${TUNE_SWEEP_PROBLEMS_ONLY:+--sweep-problems-only} \
+                 ${TUNE_PROBLEMS_FROM:+--problems-from $TUNE_PROBLEMS_FROM} ;;
     offgrid) CUDAL2_DISABLE_PDL=1 stage offgrid "$PY" scripts/check_offgrid_rule.py --table "$OUT_DIR/$GPU_SLUG.json" \
                --out "$OUT_DIR/offgrid_rule.json" --apply ;;
     route) stage route "$PY" -m benchmarks.lt_route_overhead --out "$OUT_DIR/lt_route_overhead.json" ;;

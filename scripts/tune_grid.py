@@ -134,12 +134,15 @@ def in_band(problem: tune.Problem, min_log2_mnk: float | None, max_log2_mnk: flo
             (max_log2_mnk is None or mnk <= 2 ** max_log2_mnk))
 
 
-def wanted(problem: tune.Problem, args: argparse.Namespace, base_entries: dict, extra: dict) -> bool:
-    """Whether this run tunes `problem`: in the size band, with --missing-only only where the base has no entry, and
-    with --sweep-problems-only only where the sweeps found a kernel under its baseline (`extra`)."""
+def wanted(problem: tune.Problem, args: argparse.Namespace, base_entries: dict, extra: dict,
+           listed: set[str] | None = None) -> bool:
+    """Whether this run tunes `problem`: in the size band, with --missing-only only where the base has no entry, with
+    --sweep-problems-only only where the sweeps found a kernel under its baseline (`extra`), and with --problems-from
+    only the problems it lists (`listed`)."""
     return (in_band(problem, args.min_log2_mnk, args.max_log2_mnk) and
             not (args.missing_only and problem.key in base_entries) and
-            not (args.sweep_problems_only and problem.key not in extra))
+            not (args.sweep_problems_only and problem.key not in extra) and
+            (listed is None or problem.key in listed))
 
 
 def modes_of(problems: list[tune.Problem], grid_up_to: float | None,
@@ -202,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-problems-only", action="store_true", help="tune only problems for which a --sweeps "
                         "file measured a kernel faster than its cuBLASLt-autotune (and their other-dtype twins): a "
                         "search's finds checked against the base table's entries")
+    parser.add_argument("--problems-from", type=Path, help="tune only the problems whose table keys this file lists, "
+                        "one per line (e.g. python -m studies.table_drift --losses-out: the entries a benchmark's bar "
+                        "beat with another configuration)")
     parser.add_argument("--missing-kernels", action="store_true", help="tune nothing: print the kernels --sweeps "
                         "would add that the extension's kernel set (tables and default set) lacks, one per line (to "
                         "build them beside it: scripts/gpu_check.sh new-kernels)")
@@ -226,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}: {len(entries)} entries of {len(parts)} tunings over {args.base}")
         return 0
     extra = sweep_kernels(args.sweeps)
+    listed = set(args.problems_from.read_text().split()) if args.problems_from else None
     winners = band_winners(args.sweeps) if args.knobs_from is not None else {}
     runs, entries = [], {}
     deadline = time.perf_counter() + args.budget_s if args.budget_s else None
@@ -233,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in args.dtypes.split(","):
             for layout in args.layouts.split(","):
                 problems = sorted((p for p in problems_of(shape_set, layout, dtype, args.sample, args.seed)
-                                   if wanted(p, args, base_entries, extra)),
+                                   if wanted(p, args, base_entries, extra, listed)),
                                   key=lambda p: p.m * p.n * p.k)
                 for mode, part in modes_of(problems, args.grid_up_to, args.knobs_from):
                     t0 = time.perf_counter()

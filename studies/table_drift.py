@@ -180,16 +180,28 @@ def report(rows: list[dict], sources: list[str], table_name: str = "") -> tuple[
                    "confirmation": confirmation}
 
 
+def loss_keys(rows: list[dict]) -> list[str]:
+    """The table keys of the shapes below LOSS of the bar where cudal2 did not run the bar's own configuration (a
+    loss on the same configuration is timing noise, which a re-tune would not mend), sorted."""
+    return sorted({entry_key(r["layout"], r["dtype"], *r["shape"]) for r in rows
+                   if r["vs_bar"] < LOSS and r["same_configuration"] is not True})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.table_drift", description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, required=True, help="the table the runs loaded")
     parser.add_argument("--table-name", help="how the report names it (default: --table)")
     parser.add_argument("--runs", type=Path, nargs="+", required=True, help="kernel-mode results files (JSON or gzip)")
     parser.add_argument("--out", type=Path, required=True, help="markdown report; its JSON beside it")
+    parser.add_argument("--losses-out", type=Path, help="also write the table keys of the losses that did not run the "
+                        "bar's own configuration, one per line (to re-tune them on the GPU: scripts/tune_grid.py "
+                        "--problems-from)")
     args = parser.parse_args(argv)
     entries = json.loads(args.table.read_text())["entries"]
     rows = drift_rows(entries, [read_json(p) for p in args.runs])
     write_report(args.out, *report(rows, [str(p) for p in args.runs], args.table_name or str(args.table)))
+    if args.losses_out:
+        args.losses_out.write_text("".join(f"{key}\n" for key in loss_keys(rows)))
     return 0
 
 

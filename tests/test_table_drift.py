@@ -44,6 +44,14 @@ def test_losses_are_told_apart_by_what_drifted(tmp_path):
     assert summary["losses"] == 3 and summary["losses_on_the_bars_configuration"] == 1
     assert summary["loss_causes"] == {"entry lost its rank": 1, "both slower than at tuning": 1,
                                       "entry at its tuned time": 1}
+    # the losses a re-tune could mend: not m=512, which ran the bar's own configuration
+    assert table_drift.loss_keys(list(got.values())) == ["nt_fp16_1024_4096_4096", "nt_fp16_256_4096_4096"]
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"entries": entries}))
+    losses = tmp_path / "losses.txt"
+    assert table_drift.main(["--table", str(table), "--runs", str(run), "--out", str(tmp_path / "drift.md"),
+                             "--losses-out", str(losses)]) == 0
+    assert losses.read_text() == "nt_fp16_1024_4096_4096\nnt_fp16_256_4096_4096\n"
 
 
 def test_the_bars_pick_is_looked_up_among_the_entrys_choices():

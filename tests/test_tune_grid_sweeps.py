@@ -131,6 +131,18 @@ def test_sweep_problems_only_tunes_the_finds():
     assert [tune_grid.wanted(p, args, {}, extra) for p in (found, other)] == [True, False]
 
 
+def test_problems_from_tunes_only_the_listed_problems():
+    """--problems-from (e.g. table_drift's losses) limits a run to the problems its file lists, within the band."""
+    import argparse
+    tune_grid = load_tune_grid()
+    from cudal2_ops import tune
+    listed, other = tune.Problem("nt", "fp16", 64, 64, 64), tune.Problem("nt", "fp16", 128, 64, 64)
+    args = argparse.Namespace(min_log2_mnk=None, max_log2_mnk=None, missing_only=False, sweep_problems_only=False)
+    assert [tune_grid.wanted(p, args, {}, {}, {listed.key}) for p in (listed, other)] == [True, False]
+    assert [tune_grid.wanted(p, args, {}, {}, None) for p in (listed, other)] == [True, True]
+    args.max_log2_mnk = 10
+    assert not tune_grid.wanted(listed, args, {}, {}, {listed.key})
+
 def test_a_search_stores_fastest_kernels_are_candidates_too(tmp_path):
     """A search store (plain or gzip) feeds the tuner like a sweep: per problem the fastest correct config kernels
     that beat the judge's cuBLASLt-autotune (the median of the problem's baselines)."""
