@@ -148,9 +148,10 @@ def _verdicts_by(evaluations: list, group: Callable[[dict], object]) -> dict[obj
     counts: dict[object, collections.Counter] = collections.defaultdict(collections.Counter)
     problems: dict[object, set] = collections.defaultdict(set)
     for e in evaluations:
-        n = counts[group(e)]
+        key = group(e)  # once per evaluation: a family's costs a store lookup
+        n = counts[key]
         n["evaluations"] += 1
-        problems[group(e)].add(e["problem_key"])
+        problems[key].add(e["problem_key"])
         if e["status"] == OK and e["us"]:
             speedup = e["baseline_us"] / e["us"]
             n["slow"] += speedup < VETO_BELOW
