@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import check, impls, results, runner
+from cudal2_ops.tables import entry_key
 from cudal2_testing.measure import env, shapes
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -38,6 +39,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="sampling, input and shuffling seed")
     p.add_argument("--below-mnk-log2", type=int, default=None, metavar="B",
                    help="only shapes with M*N*K < 2^B (after sampling), e.g. 30 for the small-problem targets")
+    p.add_argument("--problems-from", type=Path, default=None, metavar="FILE",
+                   help="only shapes of which FILE lists a table key (layout_dtype_M_N_K, one per line, e.g. "
+                        "python -m studies.table_drift --losses-out) for one of --layouts and --dtypes; a listed "
+                        "shape is timed in every requested layout and dtype")
     p.add_argument("--layouts", type=_csv(("nt", "nn")), default=["nt", "nn"])
     p.add_argument("--dtypes", type=_csv(tuple(runner.DTYPES)), default=["fp16"])
     p.add_argument("--modes", type=_csv(runner.MODES), default=["kernel", "offline"])
@@ -59,17 +64,24 @@ def run_name(args: argparse.Namespace) -> str:
 
 
 def shape_label(args: argparse.Namespace) -> str:
-    """The shape set as the summary names it, e.g. "g1000", "g1000-sample100", "g1000-below2pow30"."""
+    """The shape set as the summary names it, e.g. "g1000", "g1000-sample100", "g1000-below2pow30",
+    "llm-listed" (--problems-from)."""
     label = shapes.set_label(args.shapes, args.sample)
-    return label if args.below_mnk_log2 is None else f"{label}-below2pow{args.below_mnk_log2}"
+    label = label if args.below_mnk_log2 is None else f"{label}-below2pow{args.below_mnk_log2}"
+    return label if args.problems_from is None else f"{label}-listed"
 
 
 def select_shapes(args: argparse.Namespace) -> list[shapes.Shape]:
-    """The shapes to run: the set, sampled, then limited to M*N*K < 2^B when --below-mnk-log2 B is given."""
+    """The shapes to run: the set, sampled, then limited to M*N*K < 2^B when --below-mnk-log2 B is given and to
+    those with a table key in --problems-from for a requested layout and dtype."""
     shape_list = shapes.load(args.shapes, args.sample, args.seed)
-    if args.below_mnk_log2 is None:
+    if args.below_mnk_log2 is not None:
+        shape_list = [(m, n, k) for m, n, k in shape_list if m * n * k < 2 ** args.below_mnk_log2]
+    if args.problems_from is None:
         return shape_list
-    return [(m, n, k) for m, n, k in shape_list if m * n * k < 2 ** args.below_mnk_log2]
+    listed = set(args.problems_from.read_text().split())
+    return [(m, n, k) for m, n, k in shape_list
+            if any(entry_key(layout, dtype, m, n, k) in listed for layout in args.layouts for dtype in args.dtypes)]
 
 
 def todo_for(shape: shapes.Shape, dtype: str, impl_list: list[impls.Impl], modes: list[str],
@@ -99,7 +111,8 @@ def open_document(args: argparse.Namespace, argv: list[str], out: Path, impl_nam
     head["roofline"] = env.measure_roofline()
     head["wall_s"] = 0.0
     protocol = {"shapes": shape_label(args), "shape_set": args.shapes, "n_shapes": n_shapes,
-                "sample": args.sample, "below_mnk_log2": args.below_mnk_log2, "seed": args.seed, "layouts": args.layouts, "dtypes": args.dtypes,
+                "sample": args.sample, "below_mnk_log2": args.below_mnk_log2,
+                "problems_from": args.problems_from and args.problems_from.name, "seed": args.seed, "layouts": args.layouts, "dtypes": args.dtypes,
                 "modes": args.modes, "l2": args.l2, "impls": impl_names, "unavailable": unavailable,
                 "tolerance": check.TOLERANCE, "settings": vars(settings) | {"modes": list(settings.modes)},
                 "reference": "cudal2_testing.correctness.reference (fp32, no TF32, no reduced-precision reductions)",

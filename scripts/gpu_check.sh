@@ -38,7 +38,7 @@
 # reports beside the committed ones: run it before bench-tuned), profile (benchmarks.profile_small: Nsight
 # Compute on the floor kernel, cuBLASLt-autotune and the best tiny kernel of a few small problems), bench-tuned (G1000 and LLM kernel mode with that table against the same-layout
 # cuBLASLt-autotune and its independent repeat, $TUNED_IMPLS, PDL off; $TUNED_BELOW, only problems below that log2(MNK); $TUNED_DTYPES, $TUNED_LAYOUTS (one lane per
-# dtype and layout on a multi-GPU host), $TUNED_TABLE (another table); a results file already in OUT_DIR is continued,
+# dtype and layout on a multi-GPU host), $TUNED_TABLE (another table), $TUNED_PROBLEMS_FROM (only the shapes whose table keys that file lists); a results file already in OUT_DIR is continued,
 # so a run cut by the stage limit goes on in the next call), tune-merge (the lanes' tunings as one table, $TUNE_PARTS). tiny (the tiny family's GPU tests on the installed library, then a sweep of the G1000
 # problems up to 2^26 with every built kernel, PDL off, into OUT_DIR/sweep_tiny.json, $SWEEP_BUDGET_S default 120),
 # floors (python -m benchmarks.latency_floor: an empty kernel and a read-A-and-B-write-C kernel beside
@@ -258,11 +258,13 @@ print(len(load_shapes(sys.argv[1], int(sys.argv[2]))))" "${SEARCH_SHAPES:-sample
                  for dtype in $dtypes; do  # the tuned table of OUT_DIR (or $TUNED_TABLE), as a user's process runs it
                    CUDAL2_TABLE="${TUNED_TABLE:-$OUT_DIR/$GPU_SLUG.json}" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_g1000_$dtype$tag" \
                      "$PY" -m benchmarks.grid --shapes g1000 --layouts "$layouts" --dtypes "$dtype" --modes kernel \
-                     --impls "$TUNED_IMPLS" ${TUNED_BELOW:+--below-mnk-log2 $TUNED_BELOW} --out "$OUT_DIR/g1000_kernel_$dtype$tag.json" --resume
+                     --impls "$TUNED_IMPLS" ${TUNED_BELOW:+--below-mnk-log2 $TUNED_BELOW} ${TUNED_PROBLEMS_FROM:+--problems-from $TUNED_PROBLEMS_FROM} \
+                     --out "$OUT_DIR/g1000_kernel_$dtype$tag.json" --resume
                  done
                  CUDAL2_TABLE="${TUNED_TABLE:-$OUT_DIR/$GPU_SLUG.json}" CUDAL2_DISABLE_PDL=1 stage "bench_tuned_llm$tag" "$PY" -m benchmarks.grid \
                    --shapes llm --layouts "$layouts" --dtypes "${dtypes// /,}" --modes kernel \
-                   --impls "$TUNED_IMPLS" ${TUNED_BELOW:+--below-mnk-log2 $TUNED_BELOW} --out "$OUT_DIR/llm_kernel$tag.json" --resume ;;
+                   --impls "$TUNED_IMPLS" ${TUNED_BELOW:+--below-mnk-log2 $TUNED_BELOW} ${TUNED_PROBLEMS_FROM:+--problems-from $TUNED_PROBLEMS_FROM} \
+                   --out "$OUT_DIR/llm_kernel$tag.json" --resume ;;
     tune-merge) # the tables of several tune-grid lanes (each tuned from the same base) as one: $TUNE_PARTS, their
                 # results files in order, over $TUNE_BASE (default the committed table), into OUT_DIR/<gpu_slug>.json
                 stage tune_merge "$PY" scripts/tune_grid.py --merge ${TUNE_PARTS:?TUNE_PARTS names tune_grid results files} \

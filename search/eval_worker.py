@@ -9,7 +9,8 @@ Candidate code never runs in this process. A batch starts a candidate runner (`s
 that loads candidate libraries; it runs each kernel on buffers this process owns and shares with it (one set per
 batch). The runner is kept from one candidate to the next only between config candidates (rendered by the catalog's
 codegen, not written by the search) after an OK verdict, and from one batch to the next on the same terms (its
-regions closed, then the next batch's mapped; never across a baseline's timing); a search-written source, and any
+regions closed, then the next batch's mapped; idle on its pipe while a new problem's baseline is timed); a
+search-written source, and any
 candidate after a failed check, gets a fresh runner that is killed after it, so an untrusted source never shares a
 process with another candidate. Each candidate gets every check below and its own captured
 graph. Everything the verdict rests on is computed here, from this process's memory and its
@@ -17,7 +18,9 @@ own CUDA events: the outputs (read back and compared with fp32 references here),
 process's events around the runner's replay, `judge_timing.Bracket`), the baseline (cuBLASLt-autotune as the
 benchmarks and the tables define it, `cudal2_testing.lt_baseline.AutotunedLt`: every heuristic candidate timed by
 CUDA-graph replay, the fastest kept per problem for the worker's life; its choice timed here like the candidate,
-before the runner starts, so a candidate cannot slow it down; on long problems timed again beside the candidate's
+before the batch's runner has a region or a request, so a candidate cannot slow it down: the only runner that may
+exist then is one kept from an earlier batch, which ran only codegen's kernels, each passing every check, and waits
+on its pipe with no work queued and no region mapped; on long problems timed again beside the candidate's
 replays while its runner waits on its pipe, where no candidate code runs: the object check refuses threads and host
 callbacks, the stream check other streams) and the wall clock. So a constructor or a launcher
 that patches Python (should one pass the object check of `search.object_check`) patches only the runner: it can make
@@ -27,7 +30,7 @@ the runner lie about what it did, but not change what this process reads and mea
 Per candidate, PDL off (CUDAL2_DISABLE_PDL=1 here and in the runner, which reports it; a runner with PDL on is refused):
 1. the baseline's time per case, in kernel mode over R calls on R buffer sets (`judge_timing.TimingSets`), and its
    wall clock per eager call: timed once per problem and case (the cases' inputs are the problem's, the same for
-   every candidate) before any runner of the problem starts, and reused from the request's baseline document when
+   every candidate) before any runner works on the problem, and reused from the request's baseline document when
    it was timed under this process's fingerprint (same GPU, driver, CUDA, cuBLAS, torch, PDL, protocol:
    `search.baseline_cache`);
 2. the correctness checks through the runner (random seeds, exact integers at large and at small K, NaN-poisoned
@@ -355,11 +358,6 @@ class GpuEvaluator:
         else:
             runner.close()
 
-    def _drop_kept_runner(self) -> None:
-        if self.kept_runner is not None:
-            self.kept_runner.close()
-            self.kept_runner = None
-
     def _kept_runner_for(self, regions, timeout: float):
         """The runner kept from the previous batch with this batch's regions mapped, or None (a fresh one starts):
         starting a runner process and its CUDA context, and killing it, cost about as much as judging the
@@ -432,8 +430,8 @@ class GpuEvaluator:
                 cand_us.append(case_us)
                 case_base_us.append(case_base)
                 errs.append(sets.max_error())
-                if jt.screened(case_us, case_base, base_us[case]):
-                    break   # a clear loser on a long problem: its other cases cost seconds and change nothing
+                if jt.screened(case_us, case_base):
+                    break   # a clear loser: its other cases change nothing
             self.spin_cycles = bracket.cycles
             us = statistics.median(cand_us)
             floor_us = 2 * problem.m * problem.n * problem.k / (self.peak_tflops * 1e6)
@@ -462,8 +460,7 @@ class GpuEvaluator:
         cases = request.get("cases", 3)
         doc = request.get("baseline")
         if not baseline_cache.valid(doc, self.fingerprint, problem.key, cases):
-            doc = None
-            self._drop_kept_runner()   # no candidate's process exists while the baseline is sized and timed
+            doc = None   # (timed with the kept runner idle: starting and killing one cost as much as the batch)
         m, n, k = problem.m, problem.n, problem.k
         calls = int(doc["calls"]) if doc else jt.TimingSets.calls_for(m, n, k, dtype,
                                                                       self._baseline_estimate_us(problem, dtype))

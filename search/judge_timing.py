@@ -230,14 +230,16 @@ def heat_runs(per_call_us: float, calls_per_run: int) -> int:
     return math.ceil(HEAT_MS * 1e3 / (per_call_us * max(calls_per_run, 1)))
 
 
-def screened(cand_us: float, paired_base_us: float, cached_base_us: float) -> bool:
-    """Whether a candidate's first case settles its verdict: on a problem of HEAT_MIN_US or more per call (where a
-    case costs the heat, the paired baseline and replays of milliseconds), a case slower than the baseline timed
-    beside it by more than 1 / SCREEN_SPEEDUP. Its other cases would not make it a winner: on the G1000 sample
-    (random search, 389 such evaluations, `budget_hardware_2026-11-26_f8944c3_partial_stores`) the cases of one
-    evaluation differed by 1.7% (median, 9% at the 95th percentile), 262 first cases were below 0.8, and none of
-    those evaluations averaged 0.97 or more over its three cases; such problems took 87% of the judge's time there."""
-    return cached_base_us >= HEAT_MIN_US and paired_base_us < SCREEN_SPEEDUP * cand_us
+def screened(cand_us: float, base_us: float) -> bool:
+    """Whether a candidate's first case settles its verdict: a case slower than its baseline (the one timed beside it
+    on a problem of HEAT_MIN_US or more per call, else the cached one) by more than 1 / SCREEN_SPEEDUP. Its other
+    cases would not make it a winner: on the G1000 sample (random search, 389 evaluations of such long problems,
+    `budget_hardware_2026-11-26_f8944c3_partial_stores`) 262 first cases were below 0.8 and none of those evaluations
+    averaged 0.97 or more over its three cases; on the searched tables' stores (`search_table_2026-11-27_2d24511_*` on
+    the H200, `_ee0a6cb_*` on the H100), of the shorter problems' evaluations 10355 of 13969 (H200) and 2280 of 4092
+    (H100) had a first case below 0.8, and one of those averaged 0.97 or more (0.65, 0.46, then 2.14: a glitch the
+    screen drops). A clear loser's reward then rests on one case; a batch's later cases cost as much as its first."""
+    return base_us < SCREEN_SPEEDUP * cand_us
 
 
 def more_replays(replay_us: list[float]) -> bool:

@@ -30,6 +30,17 @@ def test_below_mnk_log2_limits_and_labels_the_shape_set():
         assert grid.run_name(args) == f"g1000-below2pow{bits}_nt-nn_fp16_offline_warm"
 
 
+def test_problems_from_keeps_the_listed_shapes_of_the_requested_layouts_and_dtypes(tmp_path):
+    listed = tmp_path / "losses.txt"
+    listed.write_text("nn_bf16_1024_4096_64\nnt_fp16_128_1024_16384\nnt_fp16_7_7_7\n")
+    args = grid.parse_args(["--problems-from", str(listed), "--dtypes", "fp16,bf16", "--modes", "kernel"])
+    assert sorted(grid.select_shapes(args)) == [(128, 1024, 16384), (1024, 4096, 64)]   # not 7x7x7: not in G1000
+    assert grid.run_name(args) == "g1000-listed_nt-nn_fp16-bf16_kernel_warm"
+    only_fp16 = grid.parse_args(["--problems-from", str(listed), "--dtypes", "fp16"])
+    assert grid.select_shapes(only_fp16) == [(128, 1024, 16384)]   # the bf16 key names a dtype not requested
+    assert grid.select_shapes(grid.parse_args(["--problems-from", str(listed), "--layouts", "nn"])) == []
+
+
 def test_todo_skips_done_rows():
     impl_list, _ = impls.build(["torch"], ["nt", "nn"])
     done = {(64, 64, 64, "fp16", "torch", "nt", "kernel")}

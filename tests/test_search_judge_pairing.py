@@ -85,10 +85,8 @@ def test_a_kernel_that_fails_while_heating_is_a_crash():
         time_case(script, cached_base_us=2900.0)
 
 
-def test_a_clear_loser_on_a_long_problem_is_judged_on_its_first_case():
-    long = judge_timing.HEAT_MIN_US * 10
-    slow = long / judge_timing.SCREEN_SPEEDUP * 1.01
-    assert judge_timing.screened(cand_us=slow, paired_base_us=long, cached_base_us=long)
-    assert not judge_timing.screened(cand_us=long * 1.1, paired_base_us=long, cached_base_us=long)   # near: all cases
-    short = judge_timing.HEAT_MIN_US / 2   # a short problem's cases are cheap: always all of them
-    assert not judge_timing.screened(cand_us=short * 10, paired_base_us=short, cached_base_us=short)
+@pytest.mark.parametrize("base_us", [judge_timing.HEAT_MIN_US * 10, judge_timing.HEAT_MIN_US / 20])
+def test_a_clear_loser_is_judged_on_its_first_case_whatever_the_problem_size(base_us):
+    assert judge_timing.screened(cand_us=base_us / judge_timing.SCREEN_SPEEDUP * 1.01, base_us=base_us)
+    assert not judge_timing.screened(cand_us=base_us / judge_timing.SCREEN_SPEEDUP * 0.99, base_us=base_us)
+    assert not judge_timing.screened(cand_us=base_us * 1.1, base_us=base_us)   # near the bar: all its cases

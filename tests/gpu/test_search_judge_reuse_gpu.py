@@ -1,6 +1,7 @@
 """The judge's reuse across batches on a GPU: a passing config candidate's runner serves the next batch (its regions
 closed, the next batch's mapped) and gives the same verdicts and times as a fresh runner; a batch whose baseline must
-be timed starts without it; a batch's check references are made once.
+be timed keeps it too (idle, it leaves the baseline's time as it is with no runner); a batch's check references are
+made once.
 
     python3 -m pytest -m gpu tests/gpu/test_search_judge_reuse_gpu.py -s
 """
@@ -57,8 +58,15 @@ def test_a_kept_runner_serves_the_next_batch_with_the_same_verdicts(judge_and_ke
     assert judge.kept_runner is kept and kept.proc.poll() is None
     for a, b in zip(fresh, again):
         assert 0.8 < a.us / b.us < 1.25, (a.us, b.us)   # the same kernel, timed through a fresh and a kept runner
-    # a problem whose baseline must be timed: no runner exists meanwhile, so the kept one goes
+    # a problem whose baseline must be timed: timed with the kept runner idle, which then serves the batch
     other = configs_for(second, kernels, arch, 1)
     results = list(judge.judge(request(second, other, kernels, None)))
-    assert [r.status for r in results] == [OK] and kept.proc.poll() is not None
-    assert judge.kept_runner is not None and judge.kept_runner is not kept
+    assert [r.status for r in results] == [OK] and judge.kept_runner is kept and kept.proc.poll() is None
+    # the same problem's baseline timed again with no runner alive reads the same (an idle runner costs it nothing)
+    judge.kept_runner = None
+    kept.close()
+    alone = list(judge.judge(request(second, other, kernels, None)))
+    assert [r.status for r in alone] == [OK]
+    beside, without = results[0].baseline_cases["us"], alone[0].baseline_cases["us"]
+    for a, b in zip(beside, without):
+        assert 0.9 < a / b < 1.1, (beside, without)
