@@ -71,7 +71,7 @@ def recheck_requests(arch: int, kernels: dict[str, Path]) -> list[tuple[Candidat
 # The judge's phases (search.eval_worker.GpuEvaluator and the runner client), as cProfile names their functions.
 PHASES = {"baseline (once per problem)": "_baselines", "correctness checks": "_correctness",
           "graph capture": "_capture", "timed replays and their output checks": "_time_case",
-          "eager wall clock (inside the replays' case)": "_eager_wall_us", "runner round trips": "_round_trip_s",
+          "eager wall clock (inside the first case's timing)": "_eager_wall_us", "runner round trips": "_round_trip_s",
           "runner start or kernel load": "_runner", "case inputs and references": "fill"}
 
 

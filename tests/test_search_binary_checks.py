@@ -130,15 +130,16 @@ class ScriptedRunner:
         return {}
 
 
-def time_case(judge_us: float, runner: ScriptedRunner, base_us=2.0, base_wall_us=10.0) -> tuple[float, list[str]]:
+def time_case(judge_us: float, runner: ScriptedRunner, base_us=2.0, base_wall_us=10.0,
+              case: int = 0) -> tuple[float, list[str]]:
     judge = object.__new__(GpuEvaluator)
     judge.jt = judge_timing
     judge.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
     bracket = types.SimpleNamespace(measure=lambda op: (judge_us, {}))
     flags: list[str] = []
     workspace = types.SimpleNamespace(fill_=lambda value: None)
-    us, case_base_us = judge._time_case(runner, bracket, FakeSets(), workspace, 0.0, 0, base_us, base_wall_us, 0.0,
-                                        flags)
+    us, case_base_us = judge._time_case(runner, bracket, FakeSets(), workspace, 0.0, case, base_us, base_wall_us,
+                                        0.0, flags)
     assert case_base_us == base_us   # a short problem: the cached baseline is the verdict's
     return us, flags
 
@@ -158,3 +159,9 @@ def test_eager_calls_slower_on_every_measurement_are_flagged():
     runner = ScriptedRunner(runner_us=40.0, eager_us=[400.0])
     us, flags = time_case(judge_us=40.0, runner=runner)
     assert runner.eager_batches == 6 and len(flags) == 1 and "wall clock" in flags[0], flags
+
+
+def test_the_wall_clock_is_checked_on_the_first_case_only():
+    runner = ScriptedRunner(runner_us=40.0, eager_us=[400.0])   # would be flagged on the first case
+    us, flags = time_case(judge_us=40.0, runner=runner, case=1)
+    assert runner.eager_batches == 0 and flags == [] and us == pytest.approx(10.0)
