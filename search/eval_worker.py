@@ -10,10 +10,9 @@ that loads candidate libraries; it runs each kernel on buffers this process owns
 batch). The runner is kept from one candidate to the next only between config candidates (rendered by the catalog's
 codegen, not written by the search) after an OK verdict, and from one batch to the next on the same terms (its
 regions closed, then the next batch's mapped; idle on its pipe while a new problem's baseline is timed); a
-search-written source, and any
-candidate after a failed check, gets a fresh runner that is killed after it, so an untrusted source never shares a
-process with another candidate. Each candidate gets every check below and its own captured
-graph. Everything the verdict rests on is computed here, from this process's memory and its
+search-written source, and any candidate after a failed check, gets a fresh runner that is killed after it, so an
+untrusted source never shares a process with another candidate. Each candidate gets every check below and its own
+captured graph. Everything the verdict rests on is computed here, from this process's memory and its
 own CUDA events: the outputs (read back and compared with fp32 references here), the candidate's time (this
 process's events around the runner's replay, `judge_timing.Bracket`), the baseline (cuBLASLt-autotune as the
 benchmarks and the tables define it, `cudal2_testing.lt_baseline.AutotunedLt`: every heuristic candidate timed by
