@@ -10,6 +10,7 @@ patterns by problem size are a study of the store (`python -m studies.findings -
 from __future__ import annotations
 
 import collections
+import datetime
 import json
 import math
 from pathlib import Path
@@ -195,6 +196,38 @@ def spending_by_round(store: Store) -> list[str]:
                                   rows)
 
 
+SESSION_GAP_S = 600.0   # verdicts further apart than this are of different sessions (a resumed run's GPU calls)
+
+
+def sessions(rows: list, gap_s: float = SESSION_GAP_S) -> list[list]:
+    """Rows with a `created` time, in time order, split where consecutive ones are more than `gap_s` apart: a resumed
+    run keeps its id over several sessions and the store has no record of where one ended, while one session's
+    verdicts are seconds apart."""
+    out: list[list] = []
+    for row in rows:
+        if not out or row["created"] - out[-1][-1]["created"] > gap_s:
+            out.append([])
+        out[-1].append(row)
+    return out
+
+
+def session_rows(store: Store) -> list[list]:
+    """Per session of each run that has several: run, first verdict's UTC time, verdicts, seconds from the first
+    verdict to the last and verdicts per minute of them, the judge's seconds and verdicts per judge-minute."""
+    rows = []
+    for r in store.runs():
+        verdicts = store.query("SELECT created, eval_s FROM evaluations WHERE run_id = ? ORDER BY created", (r["id"],))
+        parts = sessions(verdicts)
+        for part in parts if len(parts) > 1 else []:
+            span = part[-1]["created"] - part[0]["created"]
+            judge_s = sum(v["eval_s"] for v in part)
+            start = datetime.datetime.fromtimestamp(part[0]["created"], datetime.timezone.utc)
+            rows.append([r["id"], start.strftime("%Y-%m-%d %H:%M"), len(part), f"{span:.0f}",
+                         f"{60 * len(part) / span:.1f}" if span else "-", f"{judge_s:.0f}",
+                         f"{60 * len(part) / judge_s:.1f}" if judge_s else "-"])
+    return rows
+
+
 def throughput(store: Store) -> list[str]:
     """Evaluations per minute of each run: over the run's own time (proposals, compiles and waits for them, the
     judge, the store: everything a GPU session holds the GPU for) and over the judge's time alone (the sum of its
@@ -214,7 +247,18 @@ def throughput(store: Store) -> list[str]:
             "per GPU). Compile included: all verdicts over the run's own time; compile excluded: the verdicts the "
             "judge reached over the judge's summed time per candidate.", ""] + markdown_table(
         ["run", "verdicts", "run s", "per minute, compile included", "judged", "judge s",
-         "per judge-minute, compile excluded", "new builds (compile s)"], rows)
+         "per judge-minute, compile excluded", "new builds (compile s)"], rows) + by_session(store)
+
+
+def by_session(store: Store) -> list[str]:
+    """The rates of each session of a resumed run (`session_rows`), or nothing when no run was resumed."""
+    rows = session_rows(store)
+    if not rows:
+        return []
+    return ["", f"A resumed run by session (verdicts more than {SESSION_GAP_S / 60:.0f} minutes apart are of different "
+            "sessions): its verdicts over the time from its first verdict to its last (the start-up before the first "
+            "left out) and over the judge's time.", ""] + markdown_table(
+        ["run", "session (UTC)", "verdicts", "first to last s", "per minute", "judge s", "per judge-minute"], rows)
 
 
 def write_report(store: Store, out: Path, source: Path | None = None) -> Path:

@@ -2,13 +2,13 @@
 
 A resumed run keeps one run id over several sessions (GPU calls); the store has no record of where one ended, so the
 verdicts of one GPU model are split into sessions at a pause of more than --gap-min minutes between consecutive
-verdicts (a session's own stretches are seconds apart). Per session: its verdicts, the span from its first to its
-last verdict and the verdicts per minute of it (compiles on the same machine overlapped, the start-up before the
-first verdict left out), the judge's summed seconds (`eval_s`) and the verdicts per judge-minute, the share judged on
-one case (the screen), and the judge's mean seconds for a problem's first verdict of a round (its baseline timed
-there) and for the others. Sessions judge different problems, and a problem's size sets its cost, so each session's
-rate is also given at one size mix: its mean judge seconds per log2(MNK) bucket weighted by the pooled sessions'
-verdict counts, over the buckets every session has at least --min-bucket verdicts in.
+verdicts (`search.run_report.sessions`, as the search's report splits a resumed run). Per session: its verdicts, the
+span from its first to its last verdict and the verdicts per minute of it (compiles on the same machine overlapped,
+the start-up before the first verdict left out), the judge's summed seconds (`eval_s`) and the verdicts per
+judge-minute, the share judged on one case (the screen), and the judge's mean seconds for a problem's first verdict
+of a round (its baseline timed there) and for the others. Sessions judge different problems, and a problem's size
+sets its cost, so each session's rate is also given at one size mix: its mean judge seconds per log2(MNK) bucket
+weighted by the pooled sessions' verdict counts, over the buckets every session has at least --min-bucket verdicts in.
 
     python -m studies.judge_rate --stores A.sqlite.gz B.sqlite.gz --gpu H100 --out judge_rate.md
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.summary import markdown_table
+from search.run_report import sessions
 from search.store import read_store
 from studies.report_files import write_report
 
@@ -43,16 +44,6 @@ def verdicts(paths: list[Path], gpu: str) -> list[dict]:
                 "eval_s": r["eval_s"], "cases": len(json.loads(r["case_speedups"])),
                 "bucket": bucket_of((r["m"], r["n"], r["k"]))}
     return sorted(found.values(), key=lambda v: v["created"])
-
-
-def sessions(rows: list[dict], gap_min: float) -> list[list[dict]]:
-    """`rows` (in time order) split at pauses longer than `gap_min` minutes."""
-    out: list[list[dict]] = []
-    for row in rows:
-        if not out or row["created"] - out[-1][-1]["created"] > gap_min * 60:
-            out.append([])
-        out[-1].append(row)
-    return out
 
 
 def first_of_round(session: list[dict]) -> list[bool]:
@@ -135,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-bucket", type=int, default=50)
     parser.add_argument("--out", type=Path, required=True, help="Markdown report; its JSON beside it")
     args = parser.parse_args(argv)
-    parts = [s for s in sessions(verdicts(args.stores, args.gpu), args.gap_min)
+    parts = [s for s in sessions(verdicts(args.stores, args.gpu), args.gap_min * 60)
              if len(s) >= args.min_sessions_verdicts]
     rows = [session_row(s) for s in parts]
     common, mixed = at_common_mix(parts, args.min_bucket)

@@ -13,7 +13,7 @@ def verdict(created: float, eval_s: float, problem: str = "p", round_: int = 0, 
 
 def test_sessions_split_at_pauses_and_a_rounds_first_verdict_per_problem():
     rows = [verdict(0, 0.5), verdict(1, 0.1), verdict(2, 0.5, problem="q"), verdict(1000, 0.5), verdict(1001, 0.1)]
-    parts = judge_rate.sessions(rows, gap_min=10)
+    parts = judge_rate.sessions(rows, 600)
     assert [len(p) for p in parts] == [3, 2]
     assert judge_rate.first_of_round(parts[0]) == [True, False, True]
     row = judge_rate.session_row(parts[0])

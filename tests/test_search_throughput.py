@@ -145,6 +145,22 @@ def test_the_report_states_the_rate_with_and_without_compiles():
     assert int(cells[4]) == judged[0] and float(cells[6]) == round(60 * judged[0] / judged[1], 1)
 
 
+def test_the_report_gives_a_resumed_runs_rate_by_session():
+    from search import run_report
+    store = Store(":memory:")
+    search = Search.start(store, SimulatedBackend(seed=0), RunArgs(policy="random", budget_evals=8), [P0, P1])
+    search.run()
+    assert run_report.by_session(store) == []   # one session: nothing more to say
+    ids = [r[0] for r in store.query("SELECT id FROM evaluations ORDER BY created, id")]
+    later = ids[len(ids) // 2:]   # a second GPU call an hour later
+    store.db.execute(f"UPDATE evaluations SET created = created + 3600 WHERE id IN ({','.join('?' * len(later))})",
+                     later)
+    rows = run_report.session_rows(store)
+    assert [row[2] for row in rows] == [len(ids) - len(later), len(later)] and all(row[0] == search.run_id
+                                                                                   for row in rows)
+    assert any(line.startswith("| run | session (UTC)") for line in run_report.by_session(store))
+
+
 def test_a_rounds_built_kernels_are_evaluated_while_its_new_builds_compile():
     """Within one evaluation pass the requests whose builds are in go first, those whose builds were still compiling
     after (so the backend's nvcc runs while the GPU evaluates, instead of the GPU waiting at the first new build)."""
