@@ -10,7 +10,9 @@ policy towards it (an imitation step, see `update`). The whole state is JSON (st
 """
 from __future__ import annotations
 
+import bisect
 import collections
+import itertools
 import math
 import random
 from typing import Any
@@ -106,25 +108,17 @@ class Policy:
         """The softmax over `dim`'s values in context `phi`."""
         return np.exp(self.log_probabilities(dim, phi))
 
-    def _draw(self, dim: str, phi: np.ndarray) -> Any:
-        p = self.probabilities(dim, phi)
-        return self.dims[dim][self.rng.choices(range(len(p)), weights=p)[0]]
+    def draws(self, problem: Problem) -> PolicyDraws:
+        """Draws from the policy for `problem` under its weights as they are now (valid until the next update)."""
+        return PolicyDraws(self, problem)
 
     def sample(self, problem: Problem, provenance: str = "policy") -> Candidate:
         """One point drawn from the policy for `problem` (not checked for feasibility)."""
-        phi = features(problem)
-        family = self._draw("family", phi)
-        doc = {"family": family, "dtype": problem.dtype, "layout": problem.layout}
-        doc.update({name: self._draw(f"{family}.{name}", phi) for name in (*CONFIG_FIELDS, *KNOB_FIELDS)})
-        return parse_point(doc, provenance)
+        return self.draws(problem).sample(provenance)
 
     def mutate(self, problem: Problem, candidate: Candidate) -> Candidate:
         """A config candidate with one of its choices (family kept) redrawn from the policy for `problem`."""
-        point = point_of(candidate)
-        dims = [(dim, name) for dim, name in ((f"{point['family']}.{n}", n) for n in (*CONFIG_FIELDS, *KNOB_FIELDS))
-                if len(self.dims[dim]) > 1]
-        dim, name = self.rng.choice(dims)
-        return parse_point({**point, name: self._draw(dim, features(problem))}, candidate.provenance)
+        return self.draws(problem).mutate(candidate)
 
     def preference(self, problem: Problem, candidate: Candidate) -> float:
         """How much the policy prefers a config candidate for `problem`: the sum over its choices of log(p(value) /
@@ -275,3 +269,43 @@ class Policy:
         fitted = doc.get("fitted_configs")
         policy.fitted_configs = None if fitted is None else frozenset(fitted)
         return policy
+
+
+class PolicyDraws:
+    """Draws from `policy` for one problem under the weights the policy has when this is made: each dimension's
+    cumulative probabilities are computed at its first draw and kept (a proposer draws hundreds of points for a
+    problem between two updates, most of them rejected as tried, infeasible or vetoed). The draws are those of
+    computing the probabilities afresh each time, from the same random stream (`random.Random.choices` with the
+    cumulative weights it would compute itself). Made anew after any update of the policy."""
+
+    def __init__(self, policy: Policy, problem: Problem):
+        self.policy, self.problem = policy, problem
+        self.phi = features(problem)
+        self.cumulative: dict[str, list[float]] = {}
+        self.points: dict[tuple, Candidate] = {}   # the values drawn -> their candidate (parsed once)
+
+    def draw(self, dim: str) -> Any:
+        """One value of dimension `dim`: `random.Random.choices` of one with these cumulative weights, inline."""
+        cumulative = self.cumulative.get(dim)
+        if cumulative is None:
+            cumulative = self.cumulative[dim] = list(itertools.accumulate(self.policy.probabilities(dim, self.phi)))
+        return self.policy.dims[dim][bisect.bisect(cumulative, self.policy.rng.random() * (cumulative[-1] + 0.0), 0,
+                                                   len(cumulative) - 1)]
+
+    def sample(self, provenance: str = "policy") -> Candidate:
+        """One point drawn from the policy (not checked for feasibility)."""
+        family = self.draw("family")
+        drawn = (family, provenance, *(self.draw(f"{family}.{name}") for name in (*CONFIG_FIELDS, *KNOB_FIELDS)))
+        if drawn not in self.points:
+            doc = {"family": family, "dtype": self.problem.dtype, "layout": self.problem.layout}
+            doc.update(zip((*CONFIG_FIELDS, *KNOB_FIELDS), drawn[2:]))
+            self.points[drawn] = parse_point(doc, provenance)
+        return self.points[drawn]
+
+    def mutate(self, candidate: Candidate) -> Candidate:
+        """A config candidate with one of its choices (family kept) redrawn."""
+        point = point_of(candidate)
+        dims = [(dim, name) for dim, name in ((f"{point['family']}.{n}", n) for n in (*CONFIG_FIELDS, *KNOB_FIELDS))
+                if len(self.policy.dims[dim]) > 1]
+        dim, name = self.policy.rng.choice(dims)
+        return parse_point({**point, name: self.draw(dim)}, candidate.provenance)

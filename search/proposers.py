@@ -225,11 +225,18 @@ class PolicyProposer:
     def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
         """`n` new feasible candidates (fewer if the policy keeps drawing tried or infeasible points)."""
         taken: set[str] = set()
+        unfit: set[str] = set()   # drawn and not fresh: tried, taken, out of the pool or the build budget, infeasible
         out: list[Candidate] = []
 
         def take(cand: Candidate, allow_vetoed: bool = False) -> bool:
-            if _fresh(cand, problem, context, taken) and (allow_vetoed or not self.vetoed(cand, context)):
+            if cand.id in unfit:
+                return False
+            if not _fresh(cand, problem, context, taken):
+                unfit.add(cand.id)
+                return False
+            if allow_vetoed or not self.vetoed(cand, context):
                 taken.add(cand.id)
+                unfit.add(cand.id)   # (taken: not fresh again)
                 out.append(cand)
                 return True
             return False
@@ -237,6 +244,7 @@ class PolicyProposer:
         elites = [candidate_of_id(cid, self.provenance) for _, cid in self.policy.elites.get(problem.key, [])
                   if not cid.startswith("src_")]
         rng = self.policy.rng
+        from_policy = self.policy.draws(problem)   # (no update while proposing)
         for cand in self._knob_variants_of_elites(problem, elites):
             if len(out) >= round(n * self.exploit):
                 break
@@ -248,7 +256,7 @@ class PolicyProposer:
             if rng.random() < self.step:
                 any(take(cand) for cand in neighbours(elite, rng))
             else:
-                take(self.policy.mutate(problem, elite))
+                take(from_policy.mutate(elite))
         draws = round(n * self.sample)
         library = self._library(problem, context)
         for cand in library:
@@ -260,7 +268,7 @@ class PolicyProposer:
         for _ in range(n * MAX_DRAWS if context.pool is None else 0):
             if len(out) >= n:
                 break
-            cand = self.policy.sample(problem, self.provenance)
+            cand = from_policy.sample(self.provenance)
             if not context.can_build and cand.build_key not in context.built:
                 cand = sample_built(rng, problem, context, self.provenance)  # build budget spent: built kernels
             if cand is not None:

@@ -102,3 +102,25 @@ def test_the_policy_samples_the_code_level_fields():
     assert any(p["reg_pipeline"] != 2 for p in sm80) and any(p["smem_prefetch"] for p in sm80)
     assert any(p["stagger_ab"] for p in sm80) and any(p["epilogue"] == "nosmem" for p in sm80)
     assert all(p["reg_pipeline"] == 2 and not p["stagger_ab"] for p in points if p["family"] != "sm80_cute")
+
+
+def test_draws_kept_for_a_problem_are_those_of_computing_the_probabilities_for_every_draw():
+    """`Policy.draws` keeps each dimension's cumulative probabilities for the problem; the points it draws are those
+    of drawing each dimension with `random.choices` over probabilities computed afresh, from the same random state."""
+    from cudal2_catalog.space import CONFIG_FIELDS, KNOB_FIELDS
+    policy = Policy(arch=90, seed=5)
+    for s in range(8):   # weights off the prior, so that the context matters
+        policy.update(SMALL, space.sample(random.Random(s), SMALL, 90), s / 4)
+    rng = random.Random(11)
+    policy.rng.setstate(rng.getstate())
+
+    def draw_afresh(dim: str):
+        p = policy.probabilities(dim, features(SMALL))
+        return policy.dims[dim][rng.choices(range(len(p)), weights=p)[0]]
+
+    draws = policy.draws(SMALL)
+    for _ in range(60):
+        family = draw_afresh("family")
+        doc = {"family": family, "dtype": SMALL.dtype, "layout": SMALL.layout}
+        doc.update({name: draw_afresh(f"{family}.{name}") for name in (*CONFIG_FIELDS, *KNOB_FIELDS)})
+        assert draws.sample("policy") == space.parse_point(doc, "policy")
