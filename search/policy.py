@@ -116,10 +116,6 @@ class Policy:
         """One point drawn from the policy for `problem` (not checked for feasibility)."""
         return self.draws(problem).sample(provenance)
 
-    def mutate(self, problem: Problem, candidate: Candidate) -> Candidate:
-        """A config candidate with one of its choices (family kept) redrawn from the policy for `problem`."""
-        return self.draws(problem).mutate(candidate)
-
     def preference(self, problem: Problem, candidate: Candidate) -> float:
         """How much the policy prefers a config candidate for `problem`: the sum over its choices of log(p(value) /
         p(most probable value)) (0 = the policy's mode; comparable across families with different numbers of
