@@ -74,3 +74,21 @@ def test_a_vetoed_kernel_is_still_proposed_when_nothing_else_is_left():
     context = ProposalContext(90, near_kernels={top: 0.3}, can_build=False, built={Candidate(config=top).build_key})
     proposals = PolicyProposer(Policy(90, seed=0)).propose(PROBLEM, context, 2)
     assert proposals and {p.candidate.config for p in proposals} == {top}
+
+
+def test_a_proposal_call_computes_each_dimensions_probabilities_once_however_many_points_it_draws():
+    """A call whose draws all fail (the build budget spent and nothing built: no drawn point may be proposed) draws
+    its whole allowance of points but computes each dimension's softmax at most once."""
+    problem = Problem("nt", "fp16", 64, 64, 64)
+    policy = Policy(90, seed=1)
+    computed = []
+    probabilities = policy.probabilities
+    policy.probabilities = lambda dim, phi: computed.append(dim) or probabilities(dim, phi)
+    drawn = []
+    draws = policy.draws
+    policy.draws = lambda p: drawn.append(draws(p)) or drawn[-1]
+    proposer = PolicyProposer(policy)
+    assert proposer.propose(problem, ProposalContext(90, can_build=False), 4) == []
+    points = sum(len(d.points) for d in drawn)
+    assert points > 20, points   # the call drew many distinct points
+    assert len(computed) == len(set(computed)) <= len(policy.dims)
