@@ -64,6 +64,25 @@ decltype(auto) run_torch(const char* op, const char* a_name, const at::Tensor& a
   }
 }
 
+bool mixed(const at::Tensor& a, const at::Tensor& b) {
+  return a.device() != b.device() || a.scalar_type() != b.scalar_type();
+}
+
+// Operands on two devices or of two dtypes: torch's result where torch gives one (it does for an empty product of a
+// non-contiguous batch, without comparing dtypes), else cudal2's error naming both; torch's error classes other than
+// RuntimeError pass unchanged.
+template <typename TorchCall>
+at::Tensor mixed_operands(const char* op, const char* a_name, const at::Tensor& a, const char* b_name,
+                          const at::Tensor& b, TorchCall&& call) {
+  try {
+    return call();
+  } catch (const c10::Error& e) {
+    if (typeid(e) != typeid(c10::Error)) throw;
+  }
+  check_same_device_and_dtype(op, a_name, a, b_name, b);
+  TORCH_INTERNAL_ASSERT(false, op, ": mixed operands passed the device and dtype check");
+}
+
 void check_inner_dims(const char* op, const at::Tensor& a, RightOperand b) {
   TORCH_CHECK(a.size(-1) == b.k(), op, ": ", b.nk ? "input " : "a ", a.sizes(), " has ", a.size(-1), " features "
               "(last dim) but ", b.nk ? "weight " : "b ", b.t.sizes(), " expects K=", b.k(),
@@ -76,7 +95,7 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   const auto torch_matmul = [&] { return run_torch("cudal2.matmul", "a", a, "b", b, nullptr, [&] {
     return at::matmul(a, b); }); };
   if (a.dim() < 2 || b.dim() != 2) return torch_matmul();
-  check_same_device_and_dtype("cudal2.matmul", "a", a, "b", b);
+  if (mixed(a, b)) return mixed_operands("cudal2.matmul", "a", a, "b", b, [&] { return at::matmul(a, b); });
   check_inner_dims("cudal2.matmul", a, RightOperand{b, false});
   if (!takes_tuned_path(a)) return torch_matmul();
   c10::cuda::CUDAGuard guard(a.device());
@@ -136,6 +155,9 @@ at::Tensor torch_linear(const at::Tensor& x, const at::Tensor& weight, const std
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  if (x.dim() >= 2 && weight.dim() == 2 && mixed(x, weight)) {
+    return mixed_operands("cudal2.linear", "input", x, "weight", weight, [&] { return at::linear(x, weight, bias); });
+  }
   c10::cuda::OptionalCUDAGuard guard(x.is_cuda() ? std::optional<c10::Device>(x.device()) : std::nullopt);
   RoutedOperands operands;
   Route route = route_linear(x, weight, bias_or_null(bias), operands);

@@ -195,6 +195,20 @@ def test_linear_parity_with_torch(case):
 
 
 @needs_ext
+@pytest.mark.parametrize("n", [0, 3])
+def test_mixed_dtypes_give_torchs_empty_result_or_an_error_naming_both(n):
+    """torch multiplies a non-contiguous batch by an operand of another dtype when the product is empty (hypothesis
+    found it) and raises otherwise; cudal2 does the same, its error naming both operands."""
+    a = torch.randn(2, 2, 2).transpose(1, 2)
+    b, weight = torch.randn(2, n, dtype=torch.float64), torch.randn(n, 2, dtype=torch.float64)
+    check_matmul_parity({"a": a, "b": b, "out": None})
+    check_linear_parity({"x": a, "weight": weight, "bias": None})
+    if n:
+        with pytest.raises(RuntimeError, match=r"a \[2, 2, 2\] is Float but b \[2, 3\] is Double"):
+            cudal2_ops.matmul(a, b)
+
+
+@needs_ext
 @pytest.mark.parametrize("x_shape", [(3, 4), (2, 3, 4), (2, 2, 3, 4), (4,)])
 @pytest.mark.parametrize("bias_shape", [(), (1,), (5,), (1, 5), (1, 1), (3, 5), (3, 1), (1, 1, 5), (2, 3, 5), (6, 5)])
 @pytest.mark.parametrize("x_transposed", [False, True])
