@@ -5,7 +5,8 @@ verdicts of one GPU model are split into sessions at a pause of more than --gap-
 verdicts (`search.run_report.sessions`, as the search's report splits a resumed run). Per session: its verdicts, the
 span from its first to its last verdict and the verdicts per minute of it (compiles on the same machine overlapped,
 the start-up before the first verdict left out), the judge's summed seconds (`eval_s`) and the verdicts per
-judge-minute, the share judged on one case (the screen), and the judge's mean seconds for a problem's first verdict
+judge-minute, the share judged on one case (the screen), the problems judged and those with a verdict over FIND
+of the bar (mean over its cases), and the judge's mean seconds for a problem's first verdict
 of a round (its baseline timed there) and for the others. Sessions judge different problems, and a problem's size
 sets its cost, so each session's rate is also given at one size mix: its mean judge seconds per log2(MNK) bucket
 weighted by the pooled sessions' verdict counts, over the buckets every session has at least --min-bucket verdicts in.
@@ -23,9 +24,12 @@ from pathlib import Path
 
 from cudal2_testing.measure.shapes import BUCKET_LABELS, bucket_of
 from cudal2_testing.measure.summary import markdown_table
+from search.candidate import OK
 from search.run_report import sessions
 from search.store import read_store
 from studies.report_files import write_report
+
+FIND = 1.02   # a problem whose best verdict (mean over its cases) is above this has a find for the tuner
 
 
 def verdicts(paths: list[Path], gpu: str) -> list[dict]:
@@ -35,13 +39,15 @@ def verdicts(paths: list[Path], gpu: str) -> list[dict]:
     for path in paths:
         with read_store(path) as store:
             rows = store.query(
-                "SELECT e.run_id, e.candidate_id, e.problem_key, e.round, e.created, e.eval_s, e.case_speedups, "
+                "SELECT e.run_id, e.candidate_id, e.problem_key, e.round, e.created, e.eval_s, e.status, e.case_speedups, "
                 "p.m, p.n, p.k FROM evaluations e JOIN problems p ON p.key = e.problem_key JOIN runs r ON r.id = "
                 "e.run_id WHERE json_extract(r.environment, '$.gpu_name') LIKE ?", (f"%{gpu}%",))
         for r in rows:
+            speedups = json.loads(r["case_speedups"])
             found[(r["run_id"], r["candidate_id"], r["problem_key"])] = {
                 "run": r["run_id"], "problem": r["problem_key"], "round": r["round"], "created": r["created"],
-                "eval_s": r["eval_s"], "cases": len(json.loads(r["case_speedups"])),
+                "eval_s": r["eval_s"], "cases": len(speedups),
+                "speedup": statistics.mean(speedups) if r["status"] == OK and speedups else None,
                 "bucket": bucket_of((r["m"], r["n"], r["k"]))}
     return sorted(found.values(), key=lambda v: v["created"])
 
@@ -69,6 +75,8 @@ def session_row(session: list[dict]) -> dict:
             "verdicts": len(session), "span_s": span, "per_minute": 60 * len(session) / span if span else None,
             "judge_s": judge_s, "per_judge_minute": 60 * len(session) / judge_s if judge_s else None,
             "one_case": sum(r["cases"] == 1 for r in session) / len(session),
+            "problems": len({r["problem"] for r in session}),
+            "finds": len({r["problem"] for r in session if (r["speedup"] or 0) > FIND}),
             "first_mean_s": statistics.mean(firsts) if firsts else None,
             "other_mean_s": statistics.mean(others) if others else None,
             "bucket_mean_s": {b: statistics.mean(v) for b, v in by_bucket(session).items()}}
@@ -104,9 +112,9 @@ def report_lines(rows: list[dict], common: list[str], mixed: list[float | None],
              f"{args.gap_min:g} min. Rate at one mix: over buckets {', '.join(common) or 'none'} (log2 MNK), weighted "
              "by the pooled sessions' verdicts.", ""]
     lines += markdown_table(
-        ["session (UTC)", "verdicts", "span s", "per minute", "judge s", "per judge-minute", "one case",
-         "first of round s", "others s", "per judge-minute at one mix"],
-        [[r["start"], r["verdicts"], f"{r['span_s']:.0f}", num(r["per_minute"], ".0f"), f"{r['judge_s']:.0f}",
+        ["session (UTC)", "problems", f"over {FIND}", "verdicts", "span s", "per minute", "judge s",
+         "per judge-minute", "one case", "first of round s", "others s", "per judge-minute at one mix"],
+        [[r["start"], r["problems"], r["finds"], r["verdicts"], f"{r['span_s']:.0f}", num(r["per_minute"], ".0f"), f"{r['judge_s']:.0f}",
           num(r["per_judge_minute"], ".0f"), f"{r['one_case']:.0%}", num(r["first_mean_s"], ".3f"),
           num(r["other_mean_s"], ".3f"), num(m, ".0f")] for r, m in zip(rows, mixed)])
     lines += ["", "Judge seconds per verdict by log2(MNK) bucket (verdicts):", ""]

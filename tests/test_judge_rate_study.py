@@ -8,7 +8,7 @@ from studies import judge_rate
 def verdict(created: float, eval_s: float, problem: str = "p", round_: int = 0, cases: int = 3,
             bucket: str = "<24") -> dict:
     return {"run": "r", "problem": problem, "round": round_, "created": created, "eval_s": eval_s, "cases": cases,
-            "bucket": bucket}
+            "bucket": bucket, "speedup": 1.05 if problem == "q" else 0.9}
 
 
 def test_sessions_split_at_pauses_and_a_rounds_first_verdict_per_problem():
@@ -20,7 +20,7 @@ def test_sessions_split_at_pauses_and_a_rounds_first_verdict_per_problem():
     assert row["verdicts"] == 3 and row["span_s"] == 2 and row["per_minute"] == pytest.approx(90)
     assert row["per_judge_minute"] == pytest.approx(60 * 3 / 1.1)
     assert row["first_mean_s"] == pytest.approx(0.5) and row["other_mean_s"] == pytest.approx(0.1)
-    assert row["one_case"] == 0
+    assert row["one_case"] == 0 and row["problems"] == 2 and row["finds"] == 1   # q's 1.05 is over FIND
 
 
 def test_rates_at_one_mix_weigh_each_sessions_bucket_means_by_the_pooled_counts():
