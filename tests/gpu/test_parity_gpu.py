@@ -62,6 +62,17 @@ def test_operands_on_two_devices_raise_like_torch():
         assert_same_outcome(outcome(ours), outcome(theirs), {"devices": "cuda and cpu"})
 
 
+@pytest.mark.parametrize("n", [0, 3])
+@pytest.mark.parametrize("other", [(torch.bfloat16, "cuda"), (torch.float16, "cpu"), (torch.float32, "cuda")])
+def test_mixed_operands_of_a_non_contiguous_batch_follow_torch(n, other):
+    """An fp16 CUDA batch, transposed, times an operand of another dtype or device: torch's empty result where the
+    product is empty (n = 0) and torch's error type otherwise (the CPU test's case, with CUDA's tuned dtypes)."""
+    dtype, device = other
+    a = values((2, 4, 4), torch.float16, "cuda").transpose(1, 2)
+    check_matmul_parity({"a": a, "b": values((4, n), dtype, device), "out": None})
+    check_linear_parity({"x": a, "weight": values((n, 4), dtype, device), "bias": None})
+
+
 def test_direct_call_is_taken_for_plain_cuda_tensors():
     from cudal2_ops._extension import _C
 
