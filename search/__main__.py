@@ -5,6 +5,7 @@
     python -m search report --store s.db --out report/
     python -m search emit --store s.db [--kernel-budget 48]
     python -m search export --store s.db --out rl.jsonl
+    python -m search prebuild --store s.db --artifacts build/search
 
 A mistake in the input (an argument, a file, a store) is one line on stderr and exit status 2; any other failure is
 one line and exit status 1. `--debug` (or CUDAL2_DEBUG=1) shows the traceback instead.
@@ -248,6 +249,28 @@ def cmd_export(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prebuild(ns: argparse.Namespace) -> int:
+    """Builds, on this machine (no GPU needed), the builds the stores' runs compiled that `--artifacts` lacks, so a run
+    resumed on a bare GPU machine with that folder (or the object cache, build/kernel_cache) carried over does not
+    wait for nvcc. Exit status 1 when a build that compiled before fails here."""
+    import time
+
+    from search.backends.local import LocalBackend
+    check_folder(ns.artifacts, "--artifacts")
+    candidates = {}
+    for path in ns.store:
+        with read_store(path) as store:
+            candidates.update((c.build_key, c) for c in store.compiled_candidates())
+    backend = LocalBackend(ns.artifacts, arch=ns.arch, compile_only=True, jobs=ns.jobs)
+    began = time.monotonic()
+    outcomes = backend.build_missing(list(candidates.values()))
+    failed = sorted(key for key, outcome in outcomes.items() if not outcome.ok)
+    print(f"{ns.artifacts}: {len(candidates)} builds the stores compiled, {len(outcomes)} built now in "
+          f"{time.monotonic() - began:.0f} s, {len(candidates) - len(outcomes)} there already"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line of `python -m search` (argument values are checked by search.cli_args)."""
     debug = Parser(add_help=False)
@@ -334,6 +357,13 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--store", type=Path, required=True)
     export.add_argument("--out", type=Path, required=True)
     export.set_defaults(func=cmd_export)
+    prebuild = sub.add_parser("prebuild", parents=[debug],
+                              help="build the stores' earlier builds ahead, on a CPU machine, for a resume elsewhere")
+    prebuild.add_argument("--store", type=existing_file, nargs="+", required=True, help="stores (or their gzip copies)")
+    prebuild.add_argument("--artifacts", type=Path, required=True, help="folder of compiled builds to fill")
+    prebuild.add_argument("--arch", type=arch, default=90, help="target GPU architecture, e.g. sm90")
+    prebuild.add_argument("--jobs", type=integer(1), default=None, help="parallel nvcc processes (default: CPU count)")
+    prebuild.set_defaults(func=cmd_prebuild)
     return p
 
 

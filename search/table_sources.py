@@ -68,7 +68,13 @@ SOURCES = {
                  "tune_grid_searched_below2e32_2026-11-27_55b702d.json.gz",
                  # and after the searches resumed with the H200's wins first (search_table_2026-11-27_ee0a6cb_*.sqlite.gz:
                  # 176-416 problems)
-                 "tune_grid_searched_below2e32_2026-11-27_ee0a6cb.json.gz")),
+                 "tune_grid_searched_below2e32_2026-11-27_ee0a6cb.json.gz",
+                 # the 65 entries the bar beat with another cuBLASLt configuration in ee0a6cb's benchmarks
+                 # (table_drift_searched_2026-11-27_ee0a6cb_losses.txt), re-tuned alone (--problems-from)
+                 "tune_grid_losses_2026-11-27_7984c9b.json.gz",
+                 # the fp16 NN and bf16 NN searches after they measured all 696 and 544 problems
+                 # (search_table_2026-11-27_03523db_fp16_nn / 7984c9b_bf16_nn), re-tuned with their finds, one lane each
+                 *(f"tune_grid_searched_below2e32_2026-11-27_7984c9b_{case}.json.gz" for case in ("fp16_nn", "bf16_nn")))),
 }
 
 

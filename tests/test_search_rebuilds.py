@@ -104,3 +104,35 @@ def test_a_search_hands_the_backend_every_build_the_store_compiled():
     backend = RebuildLog()
     Search.resume(store, backend, first.run_id, {"budget_evals": 40})
     assert backend.asked == [compiled]
+
+
+def test_prebuild_builds_the_stores_earlier_builds_once_on_a_machine_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """`python -m search prebuild`: every build the store's runs compiled lands in the artifacts folder (what a resume
+    on a bare GPU machine would otherwise wait for), and a second call finds them there."""
+    from search import __main__ as cli
+    from search.backends import local
+    from search.compile_farm import CompileFarm
+
+    store_path = tmp_path / "s.sqlite"
+    store = Store(store_path)
+    run = Search.start(store, SimulatedBackend(), RunArgs(budget_evals=30), [PROBLEM, Problem("nt", "fp16", 64, 4096,
+                                                                                              4096)])
+    run.run()
+    compiled = sorted(c.build_key for c in store.compiled_candidates())
+    store.close()
+    assert compiled
+    built: list[str] = []
+
+    def compile_stand_in(farm, cand, library):
+        library.parent.mkdir(parents=True, exist_ok=True)
+        library.write_bytes(b"so")
+        built.append(cand.build_key)
+
+    monkeypatch.setattr(local, "installed_kernels", lambda archs: {})
+    monkeypatch.setattr(CompileFarm, "_compile", compile_stand_in)
+    artifacts = tmp_path / "artifacts"
+    assert cli.main(["prebuild", "--store", str(store_path), "--artifacts", str(artifacts)]) == 0
+    assert sorted(built) == compiled
+    assert f"{len(compiled)} built now" in capsys.readouterr().out
+    assert cli.main(["prebuild", "--store", str(store_path), "--artifacts", str(artifacts)]) == 0
+    assert sorted(built) == compiled and f"0 built now in 0 s, {len(compiled)} there already" in capsys.readouterr().out

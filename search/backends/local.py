@@ -132,6 +132,13 @@ class LocalBackend:
                                          daemon=True)
         self._rebuild.start()
 
+    def build_missing(self, candidates: list[Candidate]) -> dict[str, CompileOutcome]:
+        """Builds now, in parallel, the builds of `candidates` (a store's earlier builds) whose libraries this machine
+        lacks; build key -> outcome of those built. `python -m search prebuild` runs it on the CPU machine ahead of a
+        GPU call: a run resumed there with the artifacts folder (or the object cache they were compiled through)
+        carried over finds them built (or only to be linked) instead of waiting for nvcc."""
+        return self.compile(list(self._missing(candidates, self.libraries()).values()))
+
     def _missing(self, candidates: list[Candidate], libraries: dict[str, Path]) -> dict[str, Candidate]:
         """build_key -> candidate of each build of `candidates` with no library here and no failed build."""
         return {c.build_key: c for c in candidates if c.build_key not in libraries and c.build_key not in self._failed}
