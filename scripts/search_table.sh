@@ -21,6 +21,9 @@
 #                                    # again; the library built for the new table holds its kernels unless the new
 #                                    # table dropped one, which that benchmark's failed rows would show)
 #
+# Before a search call on a machine that starts bare, `python -m search prebuild --store <the stores it resumes>
+# --artifacts build/search` on the CPU machine builds their earlier builds there; carried with the call (build/search, or
+# the object cache build/kernel_cache), they spare the GPU machine their rebuild (docs/DECISIONS.md, 2026-11-27).
 # Then, on the CPU machine: the stores and the merged tuning committed under benchmarks/results/<gpu_slug>/, the tuning
 # added to search/table_sources.py, `python -m search.table_sources <gpu_slug>`, and `python -m studies.table_change`
 # on the two benchmarks. With fewer than four GPUs the cases run in turns; TABLE_CASES (default "fp16_nn fp16_nt bf16_nn
