@@ -18,6 +18,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 from search.backend import Backend
@@ -253,8 +254,6 @@ def cmd_prebuild(ns: argparse.Namespace) -> int:
     """Builds, on this machine (no GPU needed), the builds the stores' runs compiled that `--artifacts` lacks, so a run
     resumed on a bare GPU machine with that folder (or the object cache, build/kernel_cache) carried over does not
     wait for nvcc. Exit status 1 when a build that compiled before fails here."""
-    import time
-
     from search.backends.local import LocalBackend
     check_folder(ns.artifacts, "--artifacts")
     candidates = {}
