@@ -174,3 +174,50 @@ def test_a_kernel_that_loses_by_the_margin_is_recorded_but_not_chosen(monkeypatc
     assert near["fastest_kernel"] == {"kernel": "k_near", **tune.DEFAULT_KNOBS.to_dict(), "us": 2.94}
     chosen = tune.tune_problem(problem, [("k_near", tune.DEFAULT_KNOBS), ("k_fast", tune.DEFAULT_KNOBS)], 0.03)
     assert chosen["kernel"] == "k_fast" and chosen["kernel_us"] == 2.85 and "fastest_kernel" not in chosen
+
+
+def test_the_base_tables_kernel_keeps_its_entry_within_the_hold_margin():
+    """Hysteresis: a kernel must beat the configuration by the margin to take an entry, but the one the base table
+    already runs keeps it while it beats the configuration by HOLD_MARGIN (and passes the check); another kernel as
+    fast is not held, nor the incumbent at other knobs, nor one that fails the check or no longer wins by the hold."""
+    knobs, split = tune.DEFAULT_KNOBS, tune.Knobs(splits=2)
+    config_us = 3.0
+    held_us = config_us / (1 + tune.HOLD_MARGIN) - 0.01        # inside the hold, outside the 3% margin
+    ranked = [tune.Timed(held_us, kernel="other"), tune.Timed(held_us + 0.001, kernel="mine", knobs=knobs)]
+    every = lambda c: True   # noqa: E731
+    assert tune.chosen_kernel(ranked, config_us, 0.03, None, every) is None
+    assert tune.chosen_kernel(ranked, config_us, 0.03, ("mine", knobs), every) is ranked[1]
+    assert tune.chosen_kernel(ranked, config_us, 0.03, ("mine", split), every) is None
+    assert tune.chosen_kernel(ranked, config_us, 0.03, ("mine", knobs), lambda c: c.kernel != "mine") is None
+    slower = [tune.Timed(config_us / (1 + tune.HOLD_MARGIN) + 0.01, kernel="mine", knobs=knobs)]
+    assert tune.chosen_kernel(slower, config_us, 0.03, ("mine", knobs), every) is None
+    fast = [tune.Timed(2.8, kernel="other"), *ranked]            # one clears the margin: it takes the entry
+    assert tune.chosen_kernel(fast, config_us, 0.03, ("mine", knobs), every) is fast[0]
+
+
+def test_tune_holds_the_base_entrys_kernel(monkeypatch):
+    """Through tune(): a problem whose base entry runs kernel k at 2% under the best configuration keeps k; without the
+    base entry the same timings give the configuration."""
+    fake_cublaslt(monkeypatch, {0: 3.0}, wrong=set())
+    monkeypatch.setattr(tune, "graph_time_us", lambda fn, target_us=150.0, replays=5: fn())
+    monkeypatch.setattr(tune, "runnable_kernels", lambda layout, dtype: ["k"])
+
+    class KernelRun:
+        a = b = out = None
+
+        def run_config(self, config):
+            return 3.0
+
+        def run_kernel(self, name, knobs):
+            return 2.94
+
+        def correct(self, run):
+            return True
+
+    monkeypatch.setattr(tune.ProblemRun, "make", classmethod(lambda cls, problem, seed=0: KernelRun()))
+    problem = Problem("nt", "fp16", 64, 64, 64)
+    base = {problem.key: {"kernel": "k", **tune.DEFAULT_KNOBS.to_dict(), "cublaslt_us": 3.1}}
+    held, _ = tune.tune([problem], base, progress=False)
+    assert held[problem.key]["kernel"] == "k" and held[problem.key]["kernel_us"] == 2.94
+    fresh, _ = tune.tune([problem], {}, kernels_mode="all", progress=False)
+    assert "kernel" not in fresh[problem.key] and fresh[problem.key]["fastest_kernel"]["kernel"] == "k"
