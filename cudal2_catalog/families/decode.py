@@ -15,7 +15,7 @@ import dataclasses
 
 from cudal2_catalog.config import HgemmConfig, Knobs
 from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ELEMENTS, LAYOUT_NT, ROW_PAD, family_problem,
-                                              render_macro, smem_limit, space, split_knob_grid)
+                                              pipeline_problem, render_macro, smem_limit, space, split_knob_grid)
 
 FAMILY = "decode"
 SM_MIN, SM_MAX = 80, 90
@@ -101,12 +101,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, f"tile_m must be one of {TILE_M}, got {cfg.tile_m}"
     if not (16 <= cfg.tile_n <= 256 and cfg.tile_n % 16 == 0):
         return False, f"tile_n must be a multiple of 16 in [16, 256], got {cfg.tile_n}"
-    if cfg.tile_k not in TILE_K:
-        return False, f"tile_k must be one of {TILE_K}, got {cfg.tile_k}"
-    if not 2 <= cfg.stages <= MAX_STAGES:
-        return False, f"stages must be in [2, {MAX_STAGES}], got {cfg.stages}"
-    if cfg.warps not in WARPS:
-        return False, f"warps must be one of {WARPS}, got {cfg.warps}"
+    if why := pipeline_problem(cfg, TILE_K, MAX_STAGES, WARPS):
+        return False, why
     if why := weight_stream_problem(cfg, arch):
         return False, why
     row_tiles16 = cfg.tile_n // 16

@@ -39,6 +39,18 @@ def family_problem(cfg: HgemmConfig, family: str, sm_min: int, sm_max: int, arch
     return unused_fields_problem(cfg, family)
 
 
+def pipeline_problem(cfg: HgemmConfig, tile_k: tuple, max_stages: int, warps: tuple) -> str:
+    """Why `cfg`'s tile_k, stages or warps is outside what an mma.sync family builds (`tile_k` and `warps` the allowed
+    values, 2..`max_stages` stages), or "" when all three are within."""
+    if cfg.tile_k not in tile_k:
+        return f"tile_k must be one of {tile_k}, got {cfg.tile_k}"
+    if not 2 <= cfg.stages <= max_stages:
+        return f"stages must be in [2, {max_stages}], got {cfg.stages}"
+    if cfg.warps not in warps:
+        return f"warps must be one of {warps}, got {cfg.warps}"
+    return ""
+
+
 def space(tile_m: tuple, tile_n: tuple, tile_k: tuple, stages: tuple, warps: tuple) -> dict[str, tuple]:
     """Every value each HgemmConfig field can take in an mma.sync family: the given tiles, stages and warps, both
     dtypes and layouts, and the other families' fields at their defaults."""

@@ -51,8 +51,8 @@ import math
 from typing import NamedTuple
 
 from cudal2_catalog.config import HgemmConfig, Knobs
-from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ROW_PAD, family_problem, render_macro, smem_limit, space,
-                                              split_knob_grid)
+from cudal2_catalog.families.mma_sync import (ELEMENT_BYTES, ROW_PAD, family_problem, pipeline_problem, render_macro,
+                                              smem_limit, space, split_knob_grid)
 
 FAMILY = "tiny"
 SM_MIN, SM_MAX = 80, 90
@@ -198,12 +198,8 @@ def feasible(cfg: HgemmConfig, arch: int) -> tuple[bool, str]:
         return False, why
     if cfg.tile_m not in TILE_MN or cfg.tile_n not in TILE_MN:
         return False, f"tile_m and tile_n must be one of {TILE_MN}, got {cfg.tile_m}x{cfg.tile_n}"
-    if cfg.tile_k not in TILE_K:
-        return False, f"tile_k must be one of {TILE_K}, got {cfg.tile_k}"
-    if not 2 <= cfg.stages <= MAX_STAGES:
-        return False, f"stages must be in [2, {MAX_STAGES}], got {cfg.stages}"
-    if cfg.warps not in WARPS:
-        return False, f"warps must be one of {WARPS}, got {cfg.warps}"
+    if why := pipeline_problem(cfg, TILE_K, MAX_STAGES, WARPS):
+        return False, why
     layout = warp_layout(cfg)
     if layout.m * layout.n * layout.k != cfg.warps:
         covering = layout.m * layout.n
