@@ -224,19 +224,17 @@ class PolicyProposer:
 
     def propose(self, problem: Problem, context: ProposalContext, n: int) -> list[Proposal]:
         """`n` new feasible candidates (fewer if the policy keeps drawing tried or infeasible points)."""
-        taken: set[str] = set()
-        unfit: set[str] = set()   # drawn and not fresh: tried, taken, out of the pool or the build budget, infeasible
+        unfit: set[str] = set()   # drawn and not fresh (tried, out of the pool or the build budget, infeasible) or taken
         out: list[Candidate] = []
 
         def take(cand: Candidate, allow_vetoed: bool = False) -> bool:
             if cand.id in unfit:
                 return False
-            if not _fresh(cand, problem, context, taken):
+            if not _fresh(cand, problem, context, unfit):
                 unfit.add(cand.id)
                 return False
             if allow_vetoed or not self.vetoed(cand, context):
-                taken.add(cand.id)
-                unfit.add(cand.id)   # (taken: not fresh again)
+                unfit.add(cand.id)
                 out.append(cand)
                 return True
             return False
